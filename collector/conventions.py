@@ -1,0 +1,86 @@
+"""Every metric name, label name and unit that llmslo emits, in one place.
+
+Names follow Prometheus conventions: the `llmslo_` prefix, base units in the name
+(`_seconds`, `_ratio`, `_per_second`), counters end in `_total`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+PREFIX: Final = "llmslo_"
+
+# --- labels -----------------------------------------------------------------------------------
+LABEL_TARGET: Final = "target"
+LABEL_MODEL: Final = "model"
+LABEL_BUSINESS_TYPE: Final = "business_type"
+LABEL_WINDOW: Final = "window"
+LABEL_QUANTILE: Final = "quantile"
+LABEL_REASON: Final = "reason"
+LABEL_FINISHED_REASON: Final = "finished_reason"
+LABEL_ESTIMATED: Final = "estimated"
+
+# --- self-metrics: one series per configured scrape target ------------------------------------
+TARGET_UP: Final = PREFIX + "target_up"
+SCRAPE_DURATION_SECONDS: Final = PREFIX + "scrape_duration_seconds"
+SCRAPE_SAMPLES: Final = PREFIX + "scrape_samples_scraped"
+SCRAPE_BODY_BYTES: Final = PREFIX + "scrape_body_bytes"
+SCRAPES_TOTAL: Final = PREFIX + "scrapes_total"
+SCRAPE_ERRORS_TOTAL: Final = PREFIX + "scrape_errors_total"
+LAST_SCRAPE_TIMESTAMP_SECONDS: Final = PREFIX + "last_scrape_timestamp_seconds"
+COUNTER_RESETS_TOTAL: Final = PREFIX + "counter_resets_total"
+BUILD_INFO: Final = PREFIX + "build_info"
+
+# Reasons for SCRAPE_ERRORS_TOTAL; the detailed message (with the line number) is in the API.
+REASON_TIMEOUT: Final = "timeout"
+REASON_CONNECT: Final = "connect"
+REASON_HTTP_STATUS: Final = "http_status"
+REASON_CONTENT_TYPE: Final = "content_type"
+REASON_TOO_LARGE: Final = "too_large"
+REASON_ENCODING: Final = "encoding"
+REASON_PARSE: Final = "parse"
+REASON_STORE: Final = "store"
+SCRAPE_ERROR_REASONS: Final = (
+    REASON_TIMEOUT,
+    REASON_CONNECT,
+    REASON_HTTP_STATUS,
+    REASON_CONTENT_TYPE,
+    REASON_TOO_LARGE,
+    REASON_ENCODING,
+    REASON_PARSE,
+    REASON_STORE,
+)
+
+# --- derived serving metrics ------------------------------------------------------------------
+# Two scopes: per (target, model) under `llmslo_serving_`, per business type under
+# `llmslo_business_`. They are distinct names so that a PromQL sum() never mixes the two.
+SCOPE_SERVING: Final = PREFIX + "serving_"
+SCOPE_BUSINESS: Final = PREFIX + "business_"
+
+# latency histograms: logical name -> metric suffix (seconds)
+LATENCY_SUFFIX: Final = {
+    "ttft": "ttft_seconds",
+    "itl": "inter_token_latency_seconds",
+    "tpot": "tpot_seconds",
+    "e2e": "e2e_latency_seconds",
+    "queue": "queue_time_seconds",
+    "prefill": "prefill_time_seconds",
+    "decode": "decode_time_seconds",
+}
+REQUESTS_PER_SECOND: Final = "requests_per_second"
+FINISHED_RATIO: Final = "finished_ratio"
+ERROR_RATIO: Final = "error_ratio"
+PROMPT_TOKENS_PER_SECOND: Final = "prompt_tokens_per_second"
+GENERATION_TOKENS_PER_SECOND: Final = "generation_tokens_per_second"
+PREFIX_CACHE_HIT_RATIO: Final = "prefix_cache_hit_ratio"
+KV_CACHE_USAGE_RATIO: Final = "kv_cache_usage_ratio"
+REQUESTS_RUNNING: Final = "requests_running"
+REQUESTS_WAITING: Final = "requests_waiting"
+PREEMPTIONS_PER_SECOND: Final = "preemptions_per_second"
+
+QUANTILES: Final = (0.5, 0.9, 0.95, 0.99)
+
+
+def quantile_label(q: float) -> str:
+    """Format a quantile for the `quantile` label without float noise ("0.95", never "0.950000001")."""
+    return f"{q:.4f}".rstrip("0").rstrip(".")

@@ -1,0 +1,350 @@
+"""vLLM exposition -> logical engine series: every vLLM version from 0.6 (V0) to current.
+
+The alias table (reference vllm-metrics.md §3.5) maps each logical metric to the exposed sample
+names of every version, newest first. When a transitional version exposes both the old and the
+new name (0.9-0.11), only the newest is used. Series are summed over the data-parallel `engine`
+label; gauges that are fractions (KV usage) take the max over engines, never the mean (trap T1/T2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NamedTuple
+
+from collector.sources.expfmt import (
+    ExpositionError,
+    Labels,
+    SeriesCache,
+    decode_body,
+    detect_format,
+    family_of,
+    scan,
+)
+
+
+class Kind(StrEnum):
+    COUNTER = "counter"
+    GAUGE = "gauge"
+    HISTOGRAM = "histogram"
+
+
+class Agg(StrEnum):
+    SUM = "sum"
+    MAX = "max"
+
+
+@dataclass(frozen=True, slots=True)
+class Logical:
+    """One logical engine metric and the exposed names that carry it, newest first."""
+
+    name: str
+    kind: Kind
+    aliases: tuple[str, ...]
+    agg: Agg = Agg.SUM
+    keep_labels: tuple[str, ...] = ()
+
+
+LOGICAL_METRICS: tuple[Logical, ...] = (
+    # counters (exposed sample names, with `_total`)
+    Logical("prompt_tokens", Kind.COUNTER, ("vllm:prompt_tokens_total",)),
+    Logical("generation_tokens", Kind.COUNTER, ("vllm:generation_tokens_total",)),
+    Logical("preemptions", Kind.COUNTER, ("vllm:num_preemptions_total",)),
+    Logical(
+        "request_success", Kind.COUNTER, ("vllm:request_success_total",),
+        keep_labels=("finished_reason",),
+    ),
+    Logical(
+        "prefix_cache_queries", Kind.COUNTER,
+        ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    ),
+    Logical(
+        "prefix_cache_hits", Kind.COUNTER,
+        ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    ),
+    # gauges
+    Logical("requests_running", Kind.GAUGE, ("vllm:num_requests_running",)),
+    Logical("requests_waiting", Kind.GAUGE, ("vllm:num_requests_waiting",)),
+    Logical(
+        "kv_cache_usage", Kind.GAUGE, ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        agg=Agg.MAX,
+    ),
+    Logical("prefix_cache_hit_rate_v0", Kind.GAUGE, ("vllm:gpu_prefix_cache_hit_rate",), agg=Agg.MAX),
+    # histograms (family names)
+    Logical("ttft", Kind.HISTOGRAM, ("vllm:time_to_first_token_seconds",)),
+    Logical(
+        "itl", Kind.HISTOGRAM,
+        ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    ),
+    Logical("tpot", Kind.HISTOGRAM, ("vllm:request_time_per_output_token_seconds",)),
+    Logical("e2e", Kind.HISTOGRAM, ("vllm:e2e_request_latency_seconds",)),
+    Logical("queue", Kind.HISTOGRAM, ("vllm:request_queue_time_seconds",)),
+    Logical("prefill", Kind.HISTOGRAM, ("vllm:request_prefill_time_seconds",)),
+    Logical("decode", Kind.HISTOGRAM, ("vllm:request_decode_time_seconds",)),
+    Logical("inference", Kind.HISTOGRAM, ("vllm:request_inference_time_seconds",)),
+    Logical("prompt_length", Kind.HISTOGRAM, ("vllm:request_prompt_tokens",)),
+    Logical("generation_length", Kind.HISTOGRAM, ("vllm:request_generation_tokens",)),
+)
+LOGICAL_BY_NAME = {m.name: m for m in LOGICAL_METRICS}
+
+# Sample label names that identify where a series came from, not what it measures.
+_MODEL_LABEL = "model_name"
+_DROPPED_LABELS = frozenset({"engine", "pid", "le"})
+
+_PART_VALUE, _PART_BUCKET, _PART_SUM, _PART_COUNT = 0, 1, 2, 3
+
+
+class _Route(NamedTuple):
+    logical: Logical
+    rank: int  # alias index: 0 = newest name
+    part: int
+
+
+def _build_routes() -> dict[str, _Route]:
+    routes: dict[str, _Route] = {}
+    for metric in LOGICAL_METRICS:
+        for rank, alias in enumerate(metric.aliases):
+            if metric.kind is Kind.HISTOGRAM:
+                routes[alias + "_bucket"] = _Route(metric, rank, _PART_BUCKET)
+                routes[alias + "_sum"] = _Route(metric, rank, _PART_SUM)
+                routes[alias + "_count"] = _Route(metric, rank, _PART_COUNT)
+            else:
+                routes[alias] = _Route(metric, rank, _PART_VALUE)
+    return routes
+
+
+_ROUTES = _build_routes()
+
+
+class SeriesKey(NamedTuple):
+    """A logical engine series of one target: model, logical metric, and the labels kept."""
+
+    model: str
+    metric: str
+    labels: Labels = ()
+
+
+@dataclass(slots=True)
+class HistogramPoint:
+    """Cumulative histogram state: `cumulative[i]` counts observations <= bounds[i];
+    the last entry (one past the finite bounds) is the +Inf bucket."""
+
+    bounds: tuple[float, ...]
+    cumulative: list[float]
+    sum: float
+    count: float
+
+
+@dataclass(slots=True)
+class EngineSnapshot:
+    """Everything llmslo uses from one scrape of one vLLM server."""
+
+    counters: dict[SeriesKey, float] = field(default_factory=dict)
+    gauges: dict[SeriesKey, float] = field(default_factory=dict)
+    histograms: dict[SeriesKey, HistogramPoint] = field(default_factory=dict)
+    units: dict[SeriesKey, str] = field(default_factory=dict)
+    samples: int = 0
+
+
+class _Slot(NamedTuple):
+    """Where one sample lands: its accumulation key, part and `le` bound."""
+
+    ident: tuple[SeriesKey, int, str]  # (series, alias rank: 0 = newest name, engine)
+    logical: Logical
+    part: int
+    le: float
+    sample_name: str
+
+
+SlotCache = SeriesCache["_Slot | None"]
+
+
+def new_cache() -> SlotCache:
+    """A per-target cache; keep one per target across scrapes for the fast path."""
+    return SeriesCache()
+
+
+def _resolver(default_model: str) -> Callable[[str, Labels, int], _Slot | None]:
+    def resolve(name: str, labels: Labels, line: int) -> _Slot | None:
+        route = _ROUTES.get(name)
+        if route is None:
+            return None
+        model = default_model
+        kept: list[tuple[str, str]] = []
+        le = math.nan
+        engine = ""
+        for label, value in labels:
+            if label == _MODEL_LABEL:
+                model = value
+            elif label == "le":
+                try:
+                    le = float(value)
+                except ValueError:
+                    raise ExpositionError("parse", f"{name}: le={value!r} is not a number", line) from None
+            elif label == "engine":
+                engine = value
+            elif label == "finish_reason":  # llm-d-inference-sim spells it without the "ed"
+                kept.append(("finished_reason", value))
+            elif label == "server":
+                return None  # production-stack router series reuse vllm: names; not engine data
+            elif label in route.logical.keep_labels:
+                kept.append((label, value))
+        if route.part == _PART_BUCKET and math.isnan(le):
+            raise ExpositionError("parse", f"{name} has no le label", line)
+        kept.sort()
+        key = SeriesKey(model, route.logical.name, tuple(kept))
+        return _Slot((key, route.rank, engine), route.logical, route.part, le, name)
+
+    return resolve
+
+
+class _HistBuilder:
+    __slots__ = ("buckets", "count", "first_line", "sum")
+
+    def __init__(self, line: int) -> None:
+        self.buckets: dict[float, float] = {}
+        self.sum = math.nan
+        self.count = math.nan
+        self.first_line = line
+
+
+def read_scrape(
+    body: bytes | str,
+    content_type: str | None = None,
+    cache: SlotCache | None = None,
+    default_model: str = "unknown",
+) -> EngineSnapshot:
+    """Parse and normalize one scrape body of a vLLM server.
+
+    Raises ExpositionError (with the line) for a body llmslo cannot use: bad syntax, bad
+    encoding, a non-finite or negative counter, a histogram whose buckets decrease, a used
+    family without a TYPE line. Nothing is returned in that case, so nothing gets stored.
+    """
+    fmt = detect_format(content_type)
+    text = decode_body(body) if isinstance(body, bytes) else body
+    slots, types = scan(text, fmt, cache if cache is not None else new_cache(), _resolver(default_model))
+    scalars: dict[tuple[SeriesKey, int, str], float] = {}
+    hists: dict[tuple[SeriesKey, int, str], _HistBuilder] = {}
+    checked: set[str] = set()
+    for slot, value, line, _key in slots:
+        if slot.sample_name not in checked:
+            _check_type(types, slot.sample_name, slot.logical, line)
+            checked.add(slot.sample_name)
+        ident = slot.ident
+        part = slot.part
+        if part == _PART_VALUE:
+            if slot.logical.kind is Kind.COUNTER and not (0.0 <= value < math.inf):
+                raise ExpositionError("parse", f"counter {slot.sample_name} has value {value}", line)
+            prev = scalars.get(ident)
+            if prev is None:
+                scalars[ident] = value
+            elif slot.logical.agg is Agg.MAX:
+                scalars[ident] = max(prev, value)
+            else:
+                scalars[ident] = prev + value
+            continue
+        if not (0.0 <= value < math.inf) and not (part == _PART_SUM and -math.inf < value < 0.0):
+            raise ExpositionError("parse", f"histogram sample {slot.sample_name} has value {value}", line)
+        builder = hists.get(ident)
+        if builder is None:
+            builder = hists[ident] = _HistBuilder(line)
+        if part == _PART_BUCKET:
+            builder.buckets[slot.le] = value
+        elif part == _PART_SUM:
+            builder.sum = value
+        else:
+            builder.count = value
+    snapshot = EngineSnapshot(samples=len(slots))
+    _fold_scalars(scalars, snapshot)
+    _fold_histograms(hists, snapshot)
+    return snapshot
+
+
+_EXPECTED_TYPE = {Kind.COUNTER: "counter", Kind.GAUGE: "gauge", Kind.HISTOGRAM: "histogram"}
+
+
+def _check_type(types: dict[str, str], sample_name: str, logical: Logical, line: int) -> None:
+    family = family_of(sample_name, types)
+    if family is None:
+        raise ExpositionError(
+            "parse", f"{sample_name} has no # TYPE line; llmslo needs its type to interpret it", line
+        )
+    declared = types[family]
+    if declared != _EXPECTED_TYPE[logical.kind]:
+        raise ExpositionError(
+            "parse", f"{family} is declared {declared}, expected {_EXPECTED_TYPE[logical.kind]}", line
+        )
+
+
+def _newest_ranks(keys: Iterable[tuple[SeriesKey, int, str]]) -> dict[SeriesKey, int]:
+    """The lowest alias rank (the newest name) seen for each series."""
+    best: dict[SeriesKey, int] = {}
+    for key, rank, _engine in keys:
+        if rank < best.get(key, rank + 1):
+            best[key] = rank
+    return best
+
+
+def _fold_scalars(scalars: dict[tuple[SeriesKey, int, str], float], snapshot: EngineSnapshot) -> None:
+    best = _newest_ranks(scalars)
+    # 0.9-0.11 expose both prefix-cache spellings and count tokens; before 0.9 only the gpu_
+    # names existed and counted KV blocks. kv_cache_usage_perc arrived with 0.9.
+    new_kv_names = any(k.metric == "kv_cache_usage" and r == 0 for k, r, _ in scalars)
+    for (key, rank, _engine), value in scalars.items():
+        if rank != best[key]:
+            continue
+        logical = LOGICAL_BY_NAME[key.metric]
+        target = snapshot.counters if logical.kind is Kind.COUNTER else snapshot.gauges
+        if key.metric in ("prefix_cache_queries", "prefix_cache_hits"):
+            snapshot.units[key] = "tokens" if rank == 0 or new_kv_names else "blocks"
+        if key not in target:
+            target[key] = value
+        elif logical.agg is Agg.MAX:
+            target[key] = max(target[key], value)
+        else:
+            target[key] += value
+
+
+def _fold_histograms(hists: dict[tuple[SeriesKey, int, str], _HistBuilder], snapshot: EngineSnapshot) -> None:
+    best = _newest_ranks(hists)
+    for (key, rank, _engine), builder in hists.items():
+        if rank != best[key]:
+            continue
+        point = _to_point(key, builder)
+        have = snapshot.histograms.get(key)
+        if have is None:
+            snapshot.histograms[key] = point
+            continue
+        if have.bounds != point.bounds:
+            raise ExpositionError(
+                "parse", f"{key.metric} for model {key.model}: engines expose different bucket bounds",
+                builder.first_line,
+            )
+        have.cumulative = [a + b for a, b in zip(have.cumulative, point.cumulative, strict=True)]
+        have.sum += point.sum
+        have.count += point.count
+
+
+def _to_point(key: SeriesKey, b: _HistBuilder) -> HistogramPoint:
+    inf_count = b.buckets.pop(math.inf, None)
+    if inf_count is None:
+        if math.isnan(b.count):
+            raise ExpositionError(
+                "parse", f"histogram {key.metric} ({key.model}) has neither a +Inf bucket nor _count",
+                b.first_line,
+            )
+        inf_count = b.count
+    count = inf_count if math.isnan(b.count) else b.count
+    bounds = tuple(sorted(b.buckets))
+    cumulative = [b.buckets[x] for x in bounds]
+    cumulative.append(inf_count)
+    for i in range(1, len(cumulative)):
+        if cumulative[i] < cumulative[i - 1]:
+            where = bounds[i] if i < len(bounds) else "+Inf"
+            raise ExpositionError(
+                "parse", f"histogram {key.metric} ({key.model}): bucket counts decrease at le={where}",
+                b.first_line,
+            )
+    return HistogramPoint(bounds, cumulative, 0.0 if math.isnan(b.sum) else b.sum, count)
