@@ -21,8 +21,7 @@ OPENMETRICS_FORMAT = "openmetrics"
 _NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_RE = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*(,|\})')
 _VALID_TYPES = frozenset(
-    {"counter", "gauge", "histogram", "summary", "untyped", "unknown", "info", "stateset",
-     "gaugehistogram"}
+    {"counter", "gauge", "histogram", "summary", "untyped", "unknown", "info", "stateset", "gaugehistogram"}
 )
 # Suffixes a sample may add to its family name (text format and OpenMetrics).
 _SAMPLE_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created", "_gcount", "_gsum", "_info")
@@ -118,7 +117,7 @@ def family_of(sample_name: str, types: dict[str, str]) -> str | None:
 def parse(
     body: bytes | str,
     content_type: str | None = None,
-    cache: SeriesCache[tuple[str, Labels]] | None = None,
+    cache: SeriesCache[tuple[str, Labels] | None] | None = None,
 ) -> Exposition:
     """Parse one scrape body into samples. Raises ExpositionError naming the first bad line."""
     fmt = detect_format(content_type)

@@ -53,29 +53,36 @@ LOGICAL_METRICS: tuple[Logical, ...] = (
     Logical("generation_tokens", Kind.COUNTER, ("vllm:generation_tokens_total",)),
     Logical("preemptions", Kind.COUNTER, ("vllm:num_preemptions_total",)),
     Logical(
-        "request_success", Kind.COUNTER, ("vllm:request_success_total",),
+        "request_success",
+        Kind.COUNTER,
+        ("vllm:request_success_total",),
         keep_labels=("finished_reason",),
     ),
     Logical(
-        "prefix_cache_queries", Kind.COUNTER,
+        "prefix_cache_queries",
+        Kind.COUNTER,
         ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     ),
     Logical(
-        "prefix_cache_hits", Kind.COUNTER,
+        "prefix_cache_hits",
+        Kind.COUNTER,
         ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     ),
     # gauges
     Logical("requests_running", Kind.GAUGE, ("vllm:num_requests_running",)),
     Logical("requests_waiting", Kind.GAUGE, ("vllm:num_requests_waiting",)),
     Logical(
-        "kv_cache_usage", Kind.GAUGE, ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "kv_cache_usage",
+        Kind.GAUGE,
+        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
         agg=Agg.MAX,
     ),
     Logical("prefix_cache_hit_rate_v0", Kind.GAUGE, ("vllm:gpu_prefix_cache_hit_rate",), agg=Agg.MAX),
     # histograms (family names)
     Logical("ttft", Kind.HISTOGRAM, ("vllm:time_to_first_token_seconds",)),
     Logical(
-        "itl", Kind.HISTOGRAM,
+        "itl",
+        Kind.HISTOGRAM,
         ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     ),
     Logical("tpot", Kind.HISTOGRAM, ("vllm:request_time_per_output_token_seconds",)),
@@ -319,7 +326,8 @@ def _fold_histograms(hists: dict[tuple[SeriesKey, int, str], _HistBuilder], snap
             continue
         if have.bounds != point.bounds:
             raise ExpositionError(
-                "parse", f"{key.metric} for model {key.model}: engines expose different bucket bounds",
+                "parse",
+                f"{key.metric} for model {key.model}: engines expose different bucket bounds",
                 builder.first_line,
             )
         have.cumulative = [a + b for a, b in zip(have.cumulative, point.cumulative, strict=True)]
@@ -332,7 +340,8 @@ def _to_point(key: SeriesKey, b: _HistBuilder) -> HistogramPoint:
     if inf_count is None:
         if math.isnan(b.count):
             raise ExpositionError(
-                "parse", f"histogram {key.metric} ({key.model}) has neither a +Inf bucket nor _count",
+                "parse",
+                f"histogram {key.metric} ({key.model}) has neither a +Inf bucket nor _count",
                 b.first_line,
             )
         inf_count = b.count
@@ -344,7 +353,8 @@ def _to_point(key: SeriesKey, b: _HistBuilder) -> HistogramPoint:
         if cumulative[i] < cumulative[i - 1]:
             where = bounds[i] if i < len(bounds) else "+Inf"
             raise ExpositionError(
-                "parse", f"histogram {key.metric} ({key.model}): bucket counts decrease at le={where}",
+                "parse",
+                f"histogram {key.metric} ({key.model}): bucket counts decrease at le={where}",
                 b.first_line,
             )
     return HistogramPoint(bounds, cumulative, 0.0 if math.isnan(b.sum) else b.sum, count)

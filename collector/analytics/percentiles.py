@@ -1,0 +1,83 @@
+"""Quantiles from histogram buckets, by the method of PromQL's histogram_quantile.
+
+Each estimate keeps the bucket bounds it fell between: a p95 of 2.2 s from vLLM's (1.0, 2.5]
+TTFT bucket only says "between 1 s and 2.5 s", and alerts must not pretend otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class QuantileEstimate:
+    quantile: float
+    value: float
+    lower_bound: float
+    upper_bound: float  # math.inf when the rank fell into the +Inf bucket
+    above_top_bound: bool  # value is the highest finite bound; the true quantile is >= it
+
+
+def histogram_quantile(
+    q: float, bounds: Sequence[float], cumulative: Sequence[float]
+) -> QuantileEstimate | None:
+    """Linear interpolation inside the bucket holding rank q * total.
+
+    `bounds` are the finite upper bounds (ascending); `cumulative` has one more entry, the +Inf
+    bucket. Returns None when the histogram holds no observations.
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be in [0, 1], got {q}")
+    if len(cumulative) != len(bounds) + 1:
+        raise ValueError("cumulative must have one entry per bound plus the +Inf bucket")
+    total = cumulative[-1]
+    if total <= 0 or math.isnan(total):
+        return None
+    rank = q * total
+    index = len(cumulative) - 1
+    for i, count in enumerate(cumulative):
+        if count >= rank and count > 0:
+            index = i
+            break
+    if index == len(bounds):  # the +Inf bucket
+        top = bounds[-1] if bounds else math.inf
+        return QuantileEstimate(q, top, top, math.inf, True)
+    upper = bounds[index]
+    if index == 0:
+        lower = 0.0 if upper > 0 else upper
+        below = 0.0
+    else:
+        lower = bounds[index - 1]
+        below = cumulative[index - 1]
+    in_bucket = cumulative[index] - below
+    if in_bucket <= 0:
+        return QuantileEstimate(q, upper, lower, upper, False)
+    value = lower + (upper - lower) * (rank - below) / in_bucket
+    return QuantileEstimate(q, value, lower, upper, False)
+
+
+def fraction_at_or_below(
+    threshold: float, bounds: Sequence[float], cumulative: Sequence[float]
+) -> tuple[float, bool] | None:
+    """Share of observations <= threshold, and whether that share is exact (threshold is a bound).
+
+    Off a bound the share is interpolated inside its bucket, like histogram_quantile.
+    """
+    total = cumulative[-1]
+    if total <= 0:
+        return None
+    below_count = 0.0
+    lower = 0.0
+    for i, upper in enumerate(bounds):
+        if threshold == upper:
+            return cumulative[i] / total, True
+        if threshold < upper:
+            span = upper - lower
+            frac = (threshold - lower) / span if span > 0 else 1.0
+            inside = cumulative[i] - below_count
+            return (below_count + inside * max(0.0, min(1.0, frac))) / total, False
+        below_count = cumulative[i]
+        lower = upper
+    return below_count / total, False

@@ -1,0 +1,250 @@
+"""Derived serving metrics over a window: pure functions of merged cells.
+
+Rates divide deltas by the scrape time they cover (not by the nominal window), so a collector
+that started two minutes ago does not report a 5m rate that is 60 % too low. Ratios are ratios
+of sums (never means of ratios), and histograms are merged only within one bucket layout.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from collector.analytics.percentiles import QuantileEstimate, histogram_quantile
+from collector.conventions import QUANTILES
+from collector.rollup import Cell, SeriesCell
+from collector.sources.vllm import Kind
+
+LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode")
+ERROR_REASONS = frozenset({"abort", "error"})
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyStats:
+    count: float
+    mean_seconds: float | None
+    quantiles: tuple[QuantileEstimate, ...]
+    estimated: bool = False  # True when derived from another histogram (see `source`)
+    source: str = ""  # the logical histogram the numbers come from
+    mixed_bucket_layouts: bool = False  # several layouts in scope; the largest one was used
+
+
+@dataclass(frozen=True, slots=True)
+class GaugeStats:
+    last: float
+    min: float
+    max: float
+    mean: float
+
+
+@dataclass(frozen=True, slots=True)
+class ServingStats:
+    window_seconds: float
+    observed_seconds: float
+    requests: float | None = None
+    requests_per_second: float | None = None
+    finished: dict[str, float] = field(default_factory=dict)
+    error_ratio: float | None = None
+    prompt_tokens_per_second: float | None = None
+    generation_tokens_per_second: float | None = None
+    preemptions_per_second: float | None = None
+    prefix_cache_hit_ratio: float | None = None
+    prefix_cache_unit: str = ""
+    kv_cache_usage: GaugeStats | None = None
+    requests_running: GaugeStats | None = None
+    requests_waiting: GaugeStats | None = None
+    latencies: dict[str, LatencyStats] = field(default_factory=dict)
+    tpot_mean_estimate_seconds: float | None = None
+
+
+def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
+    """Serving metrics for any scope (one model of one target, or a whole business type)."""
+    cells = list(cells)
+    observed_by_target: dict[str, float] = defaultdict(float)
+    for sc in cells:
+        if sc.ident.kind is not Kind.GAUGE:
+            observed_by_target[sc.target] = max(observed_by_target[sc.target], sc.cell.observed_seconds)
+
+    def total(metric: str) -> float | None:
+        found = [sc for sc in cells if sc.ident.key.metric == metric and sc.ident.kind is Kind.COUNTER]
+        return sum(sc.cell.value for sc in found) if found else None
+
+    def rate(metric: str) -> float | None:
+        per_target: dict[str, float] = defaultdict(float)
+        found = False
+        for sc in cells:
+            if sc.ident.key.metric == metric and sc.ident.kind is Kind.COUNTER:
+                per_target[sc.target] += sc.cell.value
+                found = True
+        if not found:
+            return None
+        rates = [v / observed_by_target[t] for t, v in per_target.items() if observed_by_target[t] > 0]
+        return sum(rates) if rates else None
+
+    finished: dict[str, float] = defaultdict(float)
+    for sc in cells:
+        if sc.ident.key.metric == "request_success" and sc.ident.kind is Kind.COUNTER:
+            reason = dict(sc.ident.key.labels).get("finished_reason", "unknown")
+            finished[reason] += sc.cell.value
+    requests = sum(finished.values()) if finished else None
+    error_ratio = None
+    if requests:
+        error_ratio = sum(v for r, v in finished.items() if r in ERROR_REASONS) / requests
+
+    queries, hits = total("prefix_cache_queries"), total("prefix_cache_hits")
+    hit_ratio = hits / queries if queries and hits is not None else None
+    units = {sc.unit for sc in cells if sc.ident.key.metric == "prefix_cache_queries" and sc.unit}
+
+    latencies: dict[str, LatencyStats] = {}
+    for metric in LATENCY_METRICS:
+        stats = _latency(cells, metric)
+        if stats is not None:
+            latencies[metric] = stats
+    tpot_mean = None
+    if "tpot" not in latencies:
+        itl = _latency(cells, "itl")
+        if itl is not None:
+            latencies["tpot"] = LatencyStats(
+                itl.count,
+                itl.mean_seconds,
+                itl.quantiles,
+                estimated=True,
+                source="itl",
+                mixed_bucket_layouts=itl.mixed_bucket_layouts,
+            )
+        tpot_mean = _tpot_mean_estimate(cells, total("generation_tokens"))
+
+    return ServingStats(
+        window_seconds=window_seconds,
+        observed_seconds=max(observed_by_target.values(), default=0.0),
+        requests=requests,
+        requests_per_second=rate("request_success"),
+        finished=dict(finished),
+        error_ratio=error_ratio,
+        prompt_tokens_per_second=rate("prompt_tokens"),
+        generation_tokens_per_second=rate("generation_tokens"),
+        preemptions_per_second=rate("preemptions"),
+        prefix_cache_hit_ratio=hit_ratio,
+        prefix_cache_unit="/".join(sorted(units)),
+        kv_cache_usage=_gauge(cells, "kv_cache_usage", combine_max=True),
+        requests_running=_gauge(cells, "requests_running", combine_max=False),
+        requests_waiting=_gauge(cells, "requests_waiting", combine_max=False),
+        latencies=latencies,
+        tpot_mean_estimate_seconds=tpot_mean,
+    )
+
+
+def _latency(cells: list[SeriesCell], metric: str) -> LatencyStats | None:
+    layouts: dict[tuple[float, ...], list[Cell]] = defaultdict(list)
+    for sc in cells:
+        if sc.ident.key.metric == metric and sc.ident.kind is Kind.HISTOGRAM and sc.cell.buckets:
+            layouts[sc.ident.bounds].append(sc.cell)
+    if not layouts:
+        return None
+    merged: dict[tuple[float, ...], Cell] = {}
+    for bounds, group in layouts.items():
+        acc = group[0].copy()
+        for c in group[1:]:
+            acc.merge(c)
+        merged[bounds] = acc
+    bounds, cell = max(merged.items(), key=lambda kv: kv[1].value)
+    assert cell.buckets is not None
+    quantiles = tuple(q for q in (histogram_quantile(x, bounds, cell.buckets) for x in QUANTILES) if q)
+    mean = cell.sum / cell.value if cell.value > 0 else None
+    return LatencyStats(cell.value, mean, quantiles, source=metric, mixed_bucket_layouts=len(merged) > 1)
+
+
+def _tpot_mean_estimate(cells: list[SeriesCell], generation_tokens: float | None) -> float | None:
+    """Before vLLM 0.11 there is no per-request TPOT histogram: mean decode time per token
+    after the first = decode_time_sum / (generation_tokens - requests)."""
+    decode = [sc.cell for sc in cells if sc.ident.key.metric == "decode" and sc.ident.kind is Kind.HISTOGRAM]
+    if not decode or generation_tokens is None:
+        return None
+    decode_sum = sum(c.sum for c in decode)
+    requests = sum(c.value for c in decode)
+    tokens_after_first = generation_tokens - requests
+    return decode_sum / tokens_after_first if tokens_after_first > 0 else None
+
+
+def _gauge(cells: list[SeriesCell], metric: str, combine_max: bool) -> GaugeStats | None:
+    """Combine one gauge across series: counts (running, waiting) add up across targets and
+    models; fractions (KV usage) take the max, since a mean hides the saturated replica."""
+    found = [
+        sc.cell
+        for sc in cells
+        if sc.ident.key.metric == metric and sc.ident.kind is Kind.GAUGE and sc.cell.n > 0
+    ]
+    if not found:
+        return None
+    if combine_max:
+        return GaugeStats(
+            max(c.glast for c in found),
+            min(c.gmin for c in found),
+            max(c.gmax for c in found),
+            sum(c.sum for c in found) / sum(c.n for c in found),
+        )
+    return GaugeStats(
+        sum(c.glast for c in found),
+        sum(c.gmin for c in found),
+        sum(c.gmax for c in found),
+        sum(c.sum / c.n for c in found),
+    )
+
+
+UNASSIGNED = "unassigned"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStats:
+    target: str
+    model: str
+    business_type: str
+    stats: ServingStats
+
+
+@dataclass(frozen=True, slots=True)
+class BusinessStats:
+    business_type: str
+    stats: ServingStats
+
+
+@dataclass(frozen=True, slots=True)
+class ServingReport:
+    """Serving metrics per (target, model) and per business type over [start_unix, end_unix)."""
+
+    window_seconds: float
+    start_unix: int
+    end_unix: int
+    groups: tuple[GroupStats, ...]
+    business_types: tuple[BusinessStats, ...]
+
+
+def build_report(
+    cells: Iterable[SeriesCell],
+    window_seconds: float,
+    start_unix: int,
+    end_unix: int,
+    business_type_of: Callable[[str, str], str | None],
+    business_type: str | None = None,
+) -> ServingReport:
+    """Group a window's cells by (target, model) and by business type, and derive each group.
+
+    `business_type_of(target, model)` maps an engine series to its business type (from the
+    configuration); series with no mapping are reported under "unassigned".
+    """
+    by_group: dict[tuple[str, str], list[SeriesCell]] = defaultdict(list)
+    for sc in cells:
+        by_group[(sc.target, sc.ident.key.model)].append(sc)
+    groups: list[GroupStats] = []
+    by_type: dict[str, list[SeriesCell]] = defaultdict(list)
+    for (target, model), members in sorted(by_group.items()):
+        btype = business_type_of(target, model) or UNASSIGNED
+        if business_type is not None and btype != business_type:
+            continue
+        groups.append(GroupStats(target, model, btype, derive(members, window_seconds)))
+        by_type[btype].extend(members)
+    types = tuple(
+        BusinessStats(bt, derive(members, window_seconds)) for bt, members in sorted(by_type.items())
+    )
+    return ServingReport(window_seconds, start_unix, end_unix, tuple(groups), types)

@@ -1,0 +1,95 @@
+"""The FastAPI application: /metrics, the JSON API under /api/v1, health and readiness."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import FastAPI, HTTPException, Query, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from collector import __version__
+from collector.api.deps import RuntimeDep
+from collector.api.metrics import build_registry
+from collector.api.schemas import ServingResponse, TargetsResponse, report_out, target_out
+from collector.config import Settings, format_duration, parse_duration
+from collector.runtime import Runtime
+from collector.scheduler import build_scheduler
+
+
+def create_app(settings: Settings, runtime: Runtime | None = None, schedule: bool = True) -> FastAPI:
+    """Build the app. With `schedule`, the lifespan starts scraping, deriving and compaction."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        rt = runtime or Runtime(settings)
+        await rt.start()
+        app.state.runtime = rt
+        app.state.registry = build_registry(rt)
+        scheduler = build_scheduler(rt) if schedule else None
+        if scheduler is not None:
+            scheduler.start()
+        try:
+            yield
+        finally:
+            if scheduler is not None:
+                scheduler.shutdown(wait=False)
+            await rt.close()
+
+    app = FastAPI(
+        title="llmslo",
+        version=__version__,
+        description="SLO, latency, cache, drift and cost monitor for self-hosted LLM serving.",
+        lifespan=lifespan,
+    )
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"])
+    async def readyz(rt: RuntimeDep, response: Response) -> dict[str, str]:
+        try:
+            await asyncio.to_thread(rt.store.ping)
+        except Exception as exc:
+            response.status_code = 503
+            return {"status": "unavailable", "reason": f"database: {type(exc).__name__}"}
+        if not rt.started:
+            response.status_code = 503
+            return {"status": "starting"}
+        return {"status": "ready"}
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/v1/targets", response_model=TargetsResponse, tags=["serving"])
+    async def list_targets(rt: RuntimeDep) -> TargetsResponse:
+        out = []
+        for name, scraper in sorted(rt.scrapers.items()):
+            cfg = rt.targets[name]
+            out.append(
+                target_out(scraper.status, cfg.business_type, cfg.labels, scraper.interval, scraper.timeout)
+            )
+        return TargetsResponse(targets=out)
+
+    @app.get("/api/v1/serving", response_model=ServingResponse, tags=["serving"])
+    async def serving(
+        rt: RuntimeDep,
+        window: Annotated[str, Query(description="window length, whole minutes: 1m, 5m, 1h")] = "5m",
+        target: str | None = None,
+        model: str | None = None,
+        business_type: str | None = None,
+    ) -> ServingResponse:
+        try:
+            seconds = parse_duration(window)
+        except ValueError as exc:
+            raise HTTPException(422, f"window: {exc}") from None
+        if seconds % 60:
+            raise HTTPException(422, f"window: {window!r} is not a whole number of minutes")
+        report = await asyncio.to_thread(rt.report, seconds, rt.now(), target, model, business_type)
+        return report_out(format_duration(seconds), report)
+
+    return app

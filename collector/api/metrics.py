@@ -1,0 +1,160 @@
+"""/metrics: llmslo's self-metrics and derived serving series, as a prometheus-client Collector.
+
+Values are computed elsewhere (scrapers keep their status, the scheduler refreshes the derived
+snapshot); `collect()` only formats what is there, so a Prometheus scrape of llmslo is cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from collector import __version__
+from collector import conventions as conv
+from collector.analytics.serving import GaugeStats, ServingStats
+from collector.config import format_duration
+
+if TYPE_CHECKING:
+    from collector.runtime import Runtime
+
+# (scope, suffix, help, extra label names) -> the family, created on first use
+FamilyFactory = Callable[[str, str, str, list[str]], GaugeMetricFamily]
+
+
+class LlmsloCollector(Collector):
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._self_metrics()
+        yield from self._derived()
+
+    def _self_metrics(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(conv.BUILD_INFO, "llmslo build information.", labels=["version"])
+        info.add_metric([__version__], 1.0)
+        yield info
+        lbl = [conv.LABEL_TARGET]
+        up = GaugeMetricFamily(
+            conv.TARGET_UP, "1 if the last scrape of the target succeeded, else 0.", labels=lbl
+        )
+        dur = GaugeMetricFamily(conv.SCRAPE_DURATION_SECONDS, "Duration of the last scrape.", labels=lbl)
+        samples = GaugeMetricFamily(
+            conv.SCRAPE_SAMPLES, "Samples llmslo used from the last good scrape.", labels=lbl
+        )
+        size = GaugeMetricFamily(
+            conv.SCRAPE_BODY_BYTES, "Decompressed body size of the last scrape.", labels=lbl
+        )
+        last = GaugeMetricFamily(
+            conv.LAST_SCRAPE_TIMESTAMP_SECONDS, "Unix time of the last scrape.", labels=lbl
+        )
+        total = CounterMetricFamily(conv.SCRAPES_TOTAL, "Scrapes attempted.", labels=lbl)
+        errors = CounterMetricFamily(
+            conv.SCRAPE_ERRORS_TOTAL,
+            "Failed scrapes by reason.",
+            labels=[conv.LABEL_TARGET, conv.LABEL_REASON],
+        )
+        resets = CounterMetricFamily(
+            conv.COUNTER_RESETS_TOTAL, "Counter resets seen (a restarted vLLM server).", labels=lbl
+        )
+        for name, scraper in sorted(self.runtime.scrapers.items()):
+            st = scraper.status
+            if st.up is not None:
+                up.add_metric([name], 1.0 if st.up else 0.0)
+                dur.add_metric([name], st.last_duration_seconds)
+            if st.last_scrape_unix is not None:
+                last.add_metric([name], st.last_scrape_unix)
+            samples.add_metric([name], float(st.samples))
+            size.add_metric([name], float(st.body_bytes))
+            total.add_metric([name], float(st.scrapes_total))
+            for reason in conv.SCRAPE_ERROR_REASONS:
+                errors.add_metric([name, reason], float(st.errors_total.get(reason, 0)))
+            resets.add_metric([name], float(st.counter_resets_total))
+        yield from (up, dur, samples, size, last, total, errors, resets)
+
+    def _derived(self) -> Iterator[Metric]:
+        families: dict[str, GaugeMetricFamily] = {}
+
+        def fam(scope: str, suffix: str, doc: str, extra: list[str]) -> GaugeMetricFamily:
+            name = scope + suffix
+            if name not in families:
+                base = (
+                    [conv.LABEL_TARGET, conv.LABEL_MODEL, conv.LABEL_BUSINESS_TYPE]
+                    if scope == conv.SCOPE_SERVING
+                    else [conv.LABEL_BUSINESS_TYPE]
+                )
+                families[name] = GaugeMetricFamily(name, doc, labels=[*base, conv.LABEL_WINDOW, *extra])
+            return families[name]
+
+        for window, report in sorted(self.runtime.snapshot.reports.items()):
+            w = format_duration(window)
+            for g in report.groups:
+                _emit(fam, conv.SCOPE_SERVING, [g.target, g.model, g.business_type, w], g.stats)
+            for b in report.business_types:
+                _emit(fam, conv.SCOPE_BUSINESS, [b.business_type, w], b.stats)
+        yield from families.values()
+
+
+def _emit(fam: FamilyFactory, scope: str, labels: list[str], s: ServingStats) -> None:
+    def put(
+        suffix: str,
+        doc: str,
+        value: float | None,
+        extra: list[str] | None = None,
+        extra_values: list[str] | None = None,
+    ) -> None:
+        if value is None or math.isnan(value):
+            return  # no data is absent, never zero
+        fam(scope, suffix, doc, extra or []).add_metric([*labels, *(extra_values or [])], value)
+
+    put(conv.REQUESTS_PER_SECOND, "Finished requests per second (all finish reasons).", s.requests_per_second)
+    put(conv.ERROR_RATIO, "Share of finished requests that ended in abort or error.", s.error_ratio)
+    if s.requests:
+        for reason, count in sorted(s.finished.items()):
+            put(
+                conv.FINISHED_RATIO,
+                "Share of finished requests by finish reason.",
+                count / s.requests,
+                [conv.LABEL_FINISHED_REASON],
+                [reason],
+            )
+    put(conv.PROMPT_TOKENS_PER_SECOND, "Prompt tokens processed per second.", s.prompt_tokens_per_second)
+    put(conv.GENERATION_TOKENS_PER_SECOND, "Generated tokens per second.", s.generation_tokens_per_second)
+    put(conv.PREEMPTIONS_PER_SECOND, "Preemptions per second.", s.preemptions_per_second)
+    put(conv.PREFIX_CACHE_HIT_RATIO, "Prefix-cache hits / queries (ratio of sums).", s.prefix_cache_hit_ratio)
+    for suffix, doc, g in (
+        (
+            conv.KV_CACHE_USAGE_RATIO,
+            "KV-cache usage (0-1), last value; max across replicas.",
+            s.kv_cache_usage,
+        ),
+        (conv.REQUESTS_RUNNING, "Requests running, last value.", s.requests_running),
+        (conv.REQUESTS_WAITING, "Requests waiting (queue depth), last value.", s.requests_waiting),
+    ):
+        put(suffix, doc, _last(g))
+    for metric, lat in s.latencies.items():
+        doc = f"{metric} quantile over the window by histogram interpolation" + (
+            f" (estimated from {lat.source})" if lat.estimated else ""
+        )
+        for q in lat.quantiles:
+            put(
+                conv.LATENCY_SUFFIX[metric],
+                doc,
+                q.value,
+                [conv.LABEL_QUANTILE, conv.LABEL_ESTIMATED],
+                [conv.quantile_label(q.quantile), "true" if lat.estimated else "false"],
+            )
+
+
+def _last(g: GaugeStats | None) -> float | None:
+    return None if g is None else g.last
+
+
+def build_registry(runtime: Runtime) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LlmsloCollector(runtime))
+    return registry

@@ -1,0 +1,196 @@
+"""JSON API response models (pydantic), converted from the internal dataclasses at the edge.
+
+JSON has no infinity: an upper bucket bound of +Inf is sent as null with `above_top_bound`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel
+
+from collector.analytics.percentiles import QuantileEstimate
+from collector.analytics.serving import GaugeStats, LatencyStats, ServingReport, ServingStats
+from collector.sources.scrape import TargetStatus
+
+
+class Quantile(BaseModel):
+    quantile: float
+    value_seconds: float
+    lower_bound_seconds: float
+    upper_bound_seconds: float | None  # null = +Inf
+    above_top_bound: bool
+
+
+class Latency(BaseModel):
+    count: float
+    mean_seconds: float | None
+    quantiles: list[Quantile]
+    estimated: bool
+    source: str
+    mixed_bucket_layouts: bool
+
+
+class Gauge(BaseModel):
+    last: float
+    min: float
+    max: float
+    mean: float
+
+
+class Serving(BaseModel):
+    window_seconds: float
+    observed_seconds: float
+    requests: float | None
+    requests_per_second: float | None
+    finished: dict[str, float]
+    error_ratio: float | None
+    prompt_tokens_per_second: float | None
+    generation_tokens_per_second: float | None
+    preemptions_per_second: float | None
+    prefix_cache_hit_ratio: float | None
+    prefix_cache_unit: str
+    kv_cache_usage_ratio: Gauge | None
+    requests_running: Gauge | None
+    requests_waiting: Gauge | None
+    latencies: dict[str, Latency]
+    tpot_mean_estimate_seconds: float | None
+
+
+class ServingGroup(BaseModel):
+    target: str
+    model: str
+    business_type: str
+    stats: Serving
+
+
+class BusinessGroup(BaseModel):
+    business_type: str
+    stats: Serving
+
+
+class ServingResponse(BaseModel):
+    window: str
+    window_seconds: float
+    start_unix: int
+    end_unix: int
+    groups: list[ServingGroup]
+    business_types: list[BusinessGroup]
+
+
+class Target(BaseModel):
+    name: str
+    url: str
+    business_type: str | None
+    labels: dict[str, str]
+    interval_seconds: float
+    timeout_seconds: float
+    up: bool | None
+    last_scrape_unix: float | None
+    last_success_unix: float | None
+    last_duration_seconds: float
+    last_error: str | None
+    last_error_reason: str | None
+    samples: int
+    body_bytes: int
+    scrapes_total: int
+    errors_total: dict[str, int]
+    counter_resets_total: int
+    consecutive_failures: int
+    next_scrape_not_before_unix: float | None
+    models: list[str]
+
+
+class TargetsResponse(BaseModel):
+    targets: list[Target]
+
+
+def quantile_out(q: QuantileEstimate) -> Quantile:
+    return Quantile(
+        quantile=q.quantile,
+        value_seconds=q.value,
+        lower_bound_seconds=q.lower_bound,
+        upper_bound_seconds=None if math.isinf(q.upper_bound) else q.upper_bound,
+        above_top_bound=q.above_top_bound,
+    )
+
+
+def latency_out(lat: LatencyStats) -> Latency:
+    return Latency(
+        count=lat.count,
+        mean_seconds=lat.mean_seconds,
+        quantiles=[quantile_out(q) for q in lat.quantiles],
+        estimated=lat.estimated,
+        source=lat.source,
+        mixed_bucket_layouts=lat.mixed_bucket_layouts,
+    )
+
+
+def gauge_out(g: GaugeStats | None) -> Gauge | None:
+    return None if g is None else Gauge(last=g.last, min=g.min, max=g.max, mean=g.mean)
+
+
+def serving_out(s: ServingStats) -> Serving:
+    return Serving(
+        window_seconds=s.window_seconds,
+        observed_seconds=s.observed_seconds,
+        requests=s.requests,
+        requests_per_second=s.requests_per_second,
+        finished=s.finished,
+        error_ratio=s.error_ratio,
+        prompt_tokens_per_second=s.prompt_tokens_per_second,
+        generation_tokens_per_second=s.generation_tokens_per_second,
+        preemptions_per_second=s.preemptions_per_second,
+        prefix_cache_hit_ratio=s.prefix_cache_hit_ratio,
+        prefix_cache_unit=s.prefix_cache_unit,
+        kv_cache_usage_ratio=gauge_out(s.kv_cache_usage),
+        requests_running=gauge_out(s.requests_running),
+        requests_waiting=gauge_out(s.requests_waiting),
+        latencies={k: latency_out(v) for k, v in s.latencies.items()},
+        tpot_mean_estimate_seconds=s.tpot_mean_estimate_seconds,
+    )
+
+
+def report_out(window: str, r: ServingReport) -> ServingResponse:
+    return ServingResponse(
+        window=window,
+        window_seconds=r.window_seconds,
+        start_unix=r.start_unix,
+        end_unix=r.end_unix,
+        groups=[
+            ServingGroup(
+                target=g.target, model=g.model, business_type=g.business_type, stats=serving_out(g.stats)
+            )
+            for g in r.groups
+        ],
+        business_types=[
+            BusinessGroup(business_type=b.business_type, stats=serving_out(b.stats)) for b in r.business_types
+        ],
+    )
+
+
+def target_out(
+    st: TargetStatus, business_type: str | None, labels: dict[str, str], interval: float, timeout: float
+) -> Target:
+    return Target(
+        name=st.name,
+        url=st.url,
+        business_type=business_type,
+        labels=labels,
+        interval_seconds=interval,
+        timeout_seconds=timeout,
+        up=st.up,
+        last_scrape_unix=st.last_scrape_unix,
+        last_success_unix=st.last_success_unix,
+        last_duration_seconds=st.last_duration_seconds,
+        last_error=st.last_error,
+        last_error_reason=st.last_error_reason,
+        samples=st.samples,
+        body_bytes=st.body_bytes,
+        scrapes_total=st.scrapes_total,
+        errors_total=dict(st.errors_total),
+        counter_resets_total=st.counter_resets_total,
+        consecutive_failures=st.consecutive_failures,
+        next_scrape_not_before_unix=st.next_allowed_unix or None,
+        models=list(st.models),
+    )

@@ -1,0 +1,180 @@
+"""The `llmslo` command: serve, check-config, inspect, example-target."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from collector import __version__
+from collector.config import ConfigError, Settings, TargetConfig, load_settings
+from collector.sources.expfmt import ExpositionError
+
+
+def _load(args: argparse.Namespace) -> Settings:
+    path = args.config or os.environ.get("LLMSLO_CONFIG")
+    return load_settings(path)
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    try:
+        settings = _load(args)
+    except ConfigError as exc:
+        print(f"{len(exc.problems)} problem(s) in the configuration:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 2
+    print(f"configuration OK: {len(settings.targets)} target(s), database {settings.resolved_database_url}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from collector.api.app import create_app
+
+    try:
+        settings = _load(args)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"config: {problem}", file=sys.stderr)
+        return 2
+    server_cfg = settings.server.model_copy(
+        update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    )
+    settings = settings.model_copy(update={"server": server_cfg})
+    example = None
+    if args.example:
+        from collector.example_target import ExampleTarget
+
+        example = ExampleTarget().start()
+        target = TargetConfig(
+            name="example-vllm", url=example.url, interval=5.0, timeout=4.0, business_type="chat"
+        )
+        settings = settings.model_copy(update={"targets": [*settings.targets, target]})
+        print(f"example vLLM target (a replayed real scrape) at {example.url}")
+    base = f"http://{settings.server.host}:{settings.server.port}"
+    print(
+        f"llmslo {__version__}: {len(settings.targets)} target(s), database {settings.resolved_database_url}"
+    )
+    print(f"  API      {base}/api/v1/serving?window=5m   {base}/api/v1/targets")
+    print(f"  metrics  {base}/metrics")
+    print(f"  docs     {base}/docs")
+    sys.stdout.flush()
+    try:
+        uvicorn.run(
+            create_app(settings),
+            host=settings.server.host,
+            port=settings.server.port,
+            log_level="info",
+            access_log=False,
+        )
+    finally:
+        if example is not None:
+            example.stop()
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Show what llmslo reads from one /metrics body (a URL or a file)."""
+    import httpx
+
+    from collector.sources.vllm import read_scrape
+
+    source: str = args.source
+    content_type = args.content_type
+    if source.startswith(("http://", "https://")):
+        try:
+            resp = httpx.get(source, timeout=10.0, trust_env=False)
+        except httpx.HTTPError as exc:
+            print(f"{source}: {exc}", file=sys.stderr)
+            return 1
+        if resp.status_code != 200:
+            print(f"{source}: HTTP {resp.status_code}", file=sys.stderr)
+            return 1
+        body = resp.content
+        content_type = content_type or resp.headers.get("content-type")
+    else:
+        body = Path(source).read_bytes()
+    try:
+        snap = read_scrape(body, content_type)
+    except ExpositionError as exc:
+        print(f"{source}: {exc}", file=sys.stderr)
+        return 1
+    out = {
+        "samples_used": snap.samples,
+        "counters": {
+            f"{k.model} {k.metric}{dict(k.labels) or ''}": v for k, v in sorted(snap.counters.items())
+        },
+        "gauges": {f"{k.model} {k.metric}": v for k, v in sorted(snap.gauges.items())},
+        "histograms": {
+            f"{k.model} {k.metric}": {"count": h.count, "sum": h.sum, "bounds": list(h.bounds)}
+            for k, h in sorted(snap.histograms.items())
+        },
+        "units": {f"{k.model} {k.metric}": u for k, u in sorted(snap.units.items())},
+    }
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def cmd_example_target(args: argparse.Namespace) -> int:
+    import time
+
+    from collector.example_target import ExampleTarget
+
+    target = ExampleTarget(port=args.port).start()
+    print(f"example vLLM target at {target.url} (Ctrl-C stops)")
+    sys.stdout.flush()
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        target.stop()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="llmslo", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"llmslo {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument(
+            "--config", help="YAML settings file (default: $LLMSLO_CONFIG, else built-in defaults)"
+        )
+        return p
+
+    p = with_config(sub.add_parser("serve", help="run the collector and its HTTP API"))
+    p.add_argument("--host", help="listen address (default from config: 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default from config: 9464)")
+    p.add_argument(
+        "--example", action="store_true", help="also start and scrape a bundled example vLLM target"
+    )
+    p.set_defaults(func=cmd_serve)
+
+    p = with_config(sub.add_parser("check-config", help="validate the configuration and print every problem"))
+    p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser("inspect", help="show what llmslo reads from a /metrics URL or file")
+    p.add_argument("source")
+    p.add_argument("--content-type", default=None)
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("example-target", help="serve the bundled example vLLM /metrics")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(func=cmd_example_target)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,270 @@
+"""Settings: one YAML file plus `LLMSLO_*` environment overrides, validated by pydantic.
+
+Every problem is reported at once, each with where it came from (`file:line: key.path` or the
+environment variable), so `llmslo check-config` can print them all and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_BUSINESS_TYPES = ("chat", "customer_service", "code_completion", "batch")
+ENV_PREFIX = "LLMSLO_"
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, None: 1.0}
+
+
+def parse_duration(value: object) -> float:
+    """'15s', '5m', '1h', '500ms', '2d' or a number of seconds -> seconds (float)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as '15s' or '5m'")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise ValueError(f"expected a duration such as '15s' or '5m', got {value!r}")
+    if seconds <= 0:
+        raise ValueError(f"duration must be positive, got {value!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Inverse of parse_duration for whole units: 300 -> '5m', 3600 -> '1h'."""
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TargetConfig(_Strict):
+    """One vLLM server's /metrics endpoint."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$", max_length=128)
+    url: str
+    interval: Duration | None = None
+    timeout: Duration | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    business_type: str | None = None
+    models: dict[str, str] = Field(default_factory=dict)
+    default_model: str = "unknown"
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(f"expected an http:// or https:// URL, got {v!r}")
+        return v
+
+    def business_type_of(self, model: str) -> str | None:
+        return self.models.get(model, self.business_type)
+
+
+class ScrapeConfig(_Strict):
+    interval: Duration = 15.0
+    timeout: Duration = 10.0
+    jitter_ratio: float = Field(0.1, ge=0.0, le=0.5)
+    max_body_bytes: int = Field(10 * 1024 * 1024, gt=0)
+    backoff_max: Duration = 300.0
+
+
+class RetentionConfig(_Strict):
+    minute_rollups: Duration = 48 * 3600.0  # older minutes are compacted into hours
+    hour_rollups: Duration = 90 * 86400.0
+    compaction_interval: Duration = 300.0
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(9464, ge=0, le=65535)
+
+
+class Settings(_Strict):
+    data_dir: str = "./data"
+    database_url: str | None = None
+    server: ServerConfig = ServerConfig()
+    scrape: ScrapeConfig = ScrapeConfig()
+    retention: RetentionConfig = RetentionConfig()
+    windows: list[Duration] = Field(default_factory=lambda: [60.0, 300.0, 3600.0], min_length=1)
+    derive_interval: Duration = 15.0
+    business_types: list[str] = Field(default_factory=lambda: list(DEFAULT_BUSINESS_TYPES))
+    targets: list[TargetConfig] = Field(default_factory=list)
+
+    @field_validator("windows")
+    @classmethod
+    def _whole_minutes(cls, v: list[float]) -> list[float]:
+        for w in v:
+            if w % 60:
+                raise ValueError(f"windows are merges of minute rollups: {w:g}s is not whole minutes")
+        return v
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{Path(self.data_dir) / 'llmslo.db'}"
+
+    def target_interval(self, target: TargetConfig) -> float:
+        return target.interval if target.interval is not None else self.scrape.interval
+
+    def target_timeout(self, target: TargetConfig) -> float:
+        return target.timeout if target.timeout is not None else self.scrape.timeout
+
+
+class ConfigError(Exception):
+    """Every problem found in the configuration, each naming its location."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Read YAML (if given), apply LLMSLO_* overrides, validate. Raises ConfigError."""
+    environ = os.environ if environ is None else environ
+    source = str(path) if path is not None else "<defaults>"
+    data: dict[str, Any] = {}
+    root: yaml.Node | None = None
+    problems: list[str] = []
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError([f"{source}: cannot read: {exc}"]) from None
+        try:
+            root = yaml.compose(text)
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{source}:{mark.line + 1}" if mark is not None else source
+            raise ConfigError([f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError([f"{source}: the top level must be a mapping of settings"])
+        data = loaded
+    env_paths: dict[tuple[str, ...], str] = {}
+    for var, raw in sorted(environ.items()):
+        if not var.startswith(ENV_PREFIX) or var == ENV_PREFIX + "CONFIG":
+            continue
+        keys = tuple(part.lower() for part in var[len(ENV_PREFIX) :].split("__"))
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        if keys[-1] in ("database_url", "data_dir", "host", "url", "name"):
+            value = raw  # strings that YAML would mangle (a URL with a colon stays a string)
+        node: dict[str, Any] = data
+        for part in keys[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                problems.append(f"env {var}: {'.'.join(keys[:-1])} is not a mapping")
+                break
+            node = child
+        else:
+            node[keys[-1]] = value
+            env_paths[keys] = var
+    if problems:
+        raise ConfigError(problems)
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError([_describe(err, source, root, env_paths) for err in exc.errors()]) from None
+    problems = _cross_checks(settings, source, root)
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+def _describe(err: Any, source: str, root: yaml.Node | None, env_paths: dict[tuple[str, ...], str]) -> str:
+    loc = tuple(err["loc"])
+    dotted = _dotted(loc)
+    for keys, var in env_paths.items():
+        if tuple(str(p) for p in loc[: len(keys)]) == keys:
+            return f"env {var}: {dotted}: {err['msg']}"
+    line = _line_of(root, loc)
+    where = f"{source}:{line}" if line else source
+    got = err.get("input")
+    suffix = (
+        f" (got {got!r})" if err["type"] != "extra_forbidden" and not isinstance(got, dict | list) else ""
+    )
+    msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+    return f"{where}: {dotted}: {msg}{suffix}"
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<top level>"
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """The 1-based line of the YAML node at `loc` (or of its nearest existing parent)."""
+    if node is None:
+        return None
+    best = node.start_mark.line + 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if k.value == str(part)), None)
+            key_node = next((k for k, v in node.value if k.value == str(part)), None)
+            if match is None:
+                return best
+            best = (key_node or match).start_mark.line + 1
+            node = match
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            best = node.start_mark.line + 1
+        else:
+            return best
+    return best
+
+
+def _cross_checks(settings: Settings, source: str, root: yaml.Node | None) -> list[str]:
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    known = set(settings.business_types)
+    for i, target in enumerate(settings.targets):
+        where = f"{source}:{_line_of(root, ('targets', i)) or '?'}"
+        if target.name in seen:
+            problems.append(
+                f"{where}: targets[{i}].name: duplicate target name {target.name!r} "
+                f"(also targets[{seen[target.name]}])"
+            )
+        seen.setdefault(target.name, i)
+        if target.business_type is not None and target.business_type not in known:
+            problems.append(
+                f"{where}: targets[{i}].business_type: unknown business type "
+                f"{target.business_type!r} (known: {', '.join(sorted(known))})"
+            )
+        for model, btype in target.models.items():
+            if btype not in known:
+                problems.append(
+                    f"{where}: targets[{i}].models.{model}: unknown business type {btype!r} "
+                    f"(known: {', '.join(sorted(known))})"
+                )
+        timeout = settings.target_timeout(target)
+        interval = settings.target_interval(target)
+        if timeout > interval:
+            problems.append(
+                f"{where}: targets[{i}].timeout: {timeout:g}s is longer than the scrape "
+                f"interval {interval:g}s"
+            )
+    return problems

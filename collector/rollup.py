@@ -1,0 +1,186 @@
+"""Counter deltas and mergeable per-period cells: the internal currency of llmslo.
+
+A scrape gives cumulative values; `DeltaTracker` turns consecutive scrapes into deltas that
+never go negative (a restarted server's counters start again from zero: the delta is the new
+value). Deltas land in `Cell`s keyed by (series, period start); cells merge associatively,
+so any window is a merge of minute (or, after compaction, hour) cells.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from collector.sources.vllm import EngineSnapshot, Kind, SeriesKey
+
+MINUTE_SECONDS = 60
+HOUR_SECONDS = 3600
+
+
+class SeriesIdent(NamedTuple):
+    """A stored series of one target. Histograms include their bucket bounds: a new layout is a
+    new series, and cells of different layouts are never merged."""
+
+    key: SeriesKey
+    kind: Kind
+    bounds: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesCell:
+    """One series' cell merged over a window, and the target it came from."""
+
+    target: str
+    ident: SeriesIdent
+    unit: str
+    cell: Cell
+
+
+@dataclass(slots=True)
+class Cumulative:
+    """The last cumulative value seen for a series (what the next delta is taken against)."""
+
+    value: float  # counter value, or histogram count
+    sum: float = 0.0
+    buckets: list[float] | None = None
+
+
+@dataclass(slots=True)
+class Cell:
+    """One series aggregated over one period. Fields by kind:
+
+    counter: value = delta.  histogram: value = count delta, sum = sum delta, buckets = per
+    bound cumulative count deltas (last = +Inf).  gauge: min/max/last, sum and n of samples.
+    observed_seconds is the scrape time the deltas cover, so rate = delta / observed_seconds.
+    """
+
+    kind: Kind
+    value: float = 0.0
+    sum: float = 0.0
+    buckets: list[float] | None = None
+    gmin: float = math.nan
+    gmax: float = math.nan
+    glast: float = math.nan
+    n: int = 0
+    observed_seconds: float = 0.0
+    last_unix: float = 0.0
+
+    def merge(self, other: Cell) -> None:
+        """Fold `other` (a later or concurrent cell of the same series) into this one."""
+        self.value += other.value
+        self.sum += other.sum
+        if other.buckets is not None:
+            if self.buckets is None:
+                self.buckets = list(other.buckets)
+            else:
+                self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
+        if other.n:
+            self.gmin = other.gmin if not self.n else min(self.gmin, other.gmin)
+            self.gmax = other.gmax if not self.n else max(self.gmax, other.gmax)
+            if other.last_unix >= self.last_unix:
+                self.glast = other.glast
+        self.n += other.n
+        self.observed_seconds += other.observed_seconds
+        self.last_unix = max(self.last_unix, other.last_unix)
+
+    def copy(self) -> Cell:
+        return Cell(
+            self.kind,
+            self.value,
+            self.sum,
+            None if self.buckets is None else list(self.buckets),
+            self.gmin,
+            self.gmax,
+            self.glast,
+            self.n,
+            self.observed_seconds,
+            self.last_unix,
+        )
+
+
+def period_start(unix: float, period_seconds: int = MINUTE_SECONDS) -> int:
+    return int(unix // period_seconds) * period_seconds
+
+
+@dataclass(slots=True)
+class ScrapeDeltas:
+    """What one scrape adds: one cell per series for the scrape's minute, and the new state."""
+
+    minute: int
+    cells: dict[SeriesIdent, Cell]
+    state: dict[SeriesIdent, Cumulative]
+    resets: int
+
+
+@dataclass(slots=True)
+class DeltaTracker:
+    """Per-target memory of the previous scrape. `baseline_unix` is the time of the last
+    successful scrape (None before the first), persisted so a collector restart resumes."""
+
+    state: dict[SeriesIdent, Cumulative] = field(default_factory=dict)
+    baseline_unix: float | None = None
+
+    def observe(self, snapshot: EngineSnapshot, now_unix: float) -> ScrapeDeltas:
+        """Deltas since the previous scrape. Pure with respect to `self` until `commit()`."""
+        has_baseline = self.baseline_unix is not None
+        observed = max(0.0, now_unix - self.baseline_unix) if self.baseline_unix is not None else 0.0
+        cells: dict[SeriesIdent, Cell] = {}
+        state: dict[SeriesIdent, Cumulative] = {}
+        resets = 0
+        prev_state = self.state
+        for key, value in snapshot.counters.items():
+            ident = SeriesIdent(key, Kind.COUNTER)
+            prev = prev_state.get(ident)
+            if prev is None:
+                # A series that appears after the first scrape started from zero since then.
+                delta = value if has_baseline else 0.0
+            elif value < prev.value:
+                delta = value
+                resets += 1
+            else:
+                delta = value - prev.value
+            cells[ident] = Cell(Kind.COUNTER, value=delta, observed_seconds=observed, last_unix=now_unix)
+            state[ident] = Cumulative(value)
+        for key, value in snapshot.gauges.items():
+            ident = SeriesIdent(key, Kind.GAUGE)
+            cells[ident] = Cell(
+                Kind.GAUGE,
+                sum=value,
+                gmin=value,
+                gmax=value,
+                glast=value,
+                n=1,
+                observed_seconds=observed,
+                last_unix=now_unix,
+            )
+        for key, point in snapshot.histograms.items():
+            ident = SeriesIdent(key, Kind.HISTOGRAM, point.bounds)
+            prev = prev_state.get(ident)
+            cur = point.cumulative
+            if prev is None or prev.buckets is None:
+                if has_baseline:
+                    buckets, count, total = list(cur), point.count, point.sum
+                else:
+                    buckets, count, total = [0.0] * len(cur), 0.0, 0.0
+            elif point.count < prev.value or any(c < p for c, p in zip(cur, prev.buckets, strict=True)):
+                buckets, count, total = list(cur), point.count, point.sum
+                resets += 1
+            else:
+                buckets = [c - p for c, p in zip(cur, prev.buckets, strict=True)]
+                count, total = point.count - prev.value, point.sum - prev.sum
+            cells[ident] = Cell(
+                Kind.HISTOGRAM,
+                value=count,
+                sum=total,
+                buckets=buckets,
+                observed_seconds=observed,
+                last_unix=now_unix,
+            )
+            state[ident] = Cumulative(point.count, point.sum, list(cur))
+        return ScrapeDeltas(period_start(now_unix), cells, state, resets)
+
+    def commit(self, deltas: ScrapeDeltas, now_unix: float) -> None:
+        """Adopt the scrape's state once its cells are durably stored."""
+        self.state.update(deltas.state)
+        self.baseline_unix = now_unix

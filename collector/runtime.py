@@ -1,0 +1,107 @@
+"""The running collector: settings, store, one scraper per target, and the derived snapshot.
+
+The scheduler and the API both talk to this object; the work itself lives in plain functions
+(`read_scrape`, `DeltaTracker`, `Store`, `build_report`) that tests call with an explicit `now`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from collector.analytics.serving import ServingReport, build_report
+from collector.config import Settings, TargetConfig
+from collector.rollup import MINUTE_SECONDS, period_start
+from collector.sources.scrape import TargetScraper
+from collector.store.repository import Store
+
+log = logging.getLogger(__name__)
+
+
+def window_bounds(now_unix: float, window_seconds: float) -> tuple[int, int]:
+    """A window is the minute holding `now` plus the whole minutes before it: [start, end)."""
+    end = period_start(now_unix) + MINUTE_SECONDS
+    return end - int(window_seconds), end
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Derived reports per configured window, refreshed on a schedule; read by /metrics."""
+
+    computed_unix: float = 0.0
+    reports: dict[float, ServingReport] = field(default_factory=dict)
+
+
+class Runtime:
+    def __init__(self, settings: Settings, store: Store | None = None) -> None:
+        self.settings = settings
+        self.store = store or Store(settings.resolved_database_url)
+        self.client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
+        self.store_lock = asyncio.Lock()
+        self.scrapers: dict[str, TargetScraper] = {
+            t.name: TargetScraper(t, settings, self.store, self.client, self.store_lock)
+            for t in settings.targets
+        }
+        self.targets: dict[str, TargetConfig] = {t.name: t for t in settings.targets}
+        self.snapshot = Snapshot()
+        self.started = False
+        self.rng = random.Random()
+
+    async def start(self) -> None:
+        """Register every target and resume its state (one bad target does not stop the others)."""
+        for scraper in self.scrapers.values():
+            try:
+                await scraper.load()
+            except Exception:
+                log.exception(
+                    "could not load state of target %s; it will retry on its first scrape",
+                    scraper.target.name,
+                )
+        self.started = True
+
+    async def close(self) -> None:
+        await self.client.aclose()
+        self.store.close()
+
+    def business_type_of(self, target: str, model: str) -> str | None:
+        cfg = self.targets.get(target)
+        return cfg.business_type_of(model) if cfg is not None else None
+
+    def report(
+        self,
+        window_seconds: float,
+        now_unix: float,
+        target: str | None = None,
+        model: str | None = None,
+        business_type: str | None = None,
+    ) -> ServingReport:
+        """Derived serving metrics over one window (blocking: runs database reads)."""
+        start, end = window_bounds(now_unix, window_seconds)
+        cells = self.store.read_window(start, end, target=target, model=model)
+        return build_report(cells, window_seconds, start, end, self.business_type_of, business_type)
+
+    def refresh_snapshot(self, now_unix: float) -> Snapshot:
+        reports = {w: self.report(w, now_unix) for w in self.settings.windows}
+        self.snapshot = Snapshot(now_unix, reports)
+        return self.snapshot
+
+    def compact(self, now_unix: float) -> tuple[int, int]:
+        r = self.settings.retention
+        return self.store.compact(now_unix, r.minute_rollups, r.hour_rollups)
+
+    async def scrape_all_once(self) -> None:
+        """Scrape every target concurrently (used by tests and `llmslo scrape`)."""
+        await asyncio.gather(*(s.scrape_once() for s in self.scrapers.values()))
+
+    def first_delay(self, interval: float) -> float:
+        """Spread the first scrapes over one interval so many targets never fire together."""
+        return self.rng.uniform(0, interval * self.settings.scrape.jitter_ratio * 2)
+
+    @staticmethod
+    def now() -> float:
+        return time.time()

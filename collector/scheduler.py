@@ -1,0 +1,62 @@
+"""APScheduler wiring: it only triggers; the work is in Runtime and the functions it calls."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from collector.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
+    """One job per target (its own interval, jitter and a spread first run), plus derive and compaction."""
+    scheduler = AsyncIOScheduler(
+        timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
+    )
+    now = datetime.now(UTC)
+    for name, scraper in runtime.scrapers.items():
+        interval = scraper.interval
+        scheduler.add_job(
+            scraper.run_scheduled,
+            IntervalTrigger(seconds=interval, jitter=interval * runtime.settings.scrape.jitter_ratio),
+            id=f"scrape:{name}",
+            next_run_time=now + timedelta(seconds=runtime.first_delay(interval)),
+        )
+    scheduler.add_job(
+        _derive,
+        IntervalTrigger(seconds=runtime.settings.derive_interval),
+        args=[runtime],
+        id="derive",
+        next_run_time=now + timedelta(seconds=1),
+    )
+    scheduler.add_job(
+        _compact,
+        IntervalTrigger(seconds=runtime.settings.retention.compaction_interval),
+        args=[runtime],
+        id="compact",
+        next_run_time=now + timedelta(seconds=30),
+    )
+    return scheduler
+
+
+async def _derive(runtime: Runtime) -> None:
+    try:
+        await asyncio.to_thread(runtime.refresh_snapshot, runtime.now())
+    except Exception:
+        log.exception("refreshing derived metrics failed; the previous snapshot stays in place")
+
+
+async def _compact(runtime: Runtime) -> None:
+    try:
+        async with runtime.store_lock:
+            minutes, hours = await asyncio.to_thread(runtime.compact, runtime.now())
+        if minutes or hours:
+            log.info("compacted %d minute rollups into hours; expired %d hour rollups", minutes, hours)
+    except Exception:
+        log.exception("rollup compaction failed; it will run again")

@@ -1,0 +1,204 @@
+"""Scraping one vLLM /metrics target: fetch (bounded in time and size), parse, delta, commit.
+
+One `TargetScraper` per target keeps that target's caches and delta state. A failure of any
+kind is recorded on the target (reason, message naming the line) and counted; it never raises
+into the scheduler and never touches another target's state or anything already stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from collector import conventions as conv
+from collector.config import Settings, TargetConfig
+from collector.rollup import DeltaTracker, SeriesIdent
+from collector.sources.expfmt import ExpositionError
+from collector.sources.vllm import EngineSnapshot, SlotCache, new_cache, read_scrape
+from collector.store.repository import Store
+
+log = logging.getLogger(__name__)
+
+ACCEPT = "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+
+
+class ScrapeError(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        self.message = message
+        super().__init__(message)
+
+
+@dataclass(slots=True)
+class TargetStatus:
+    """What the API and the self-metrics say about one target."""
+
+    name: str
+    url: str
+    up: bool | None = None  # None until the first scrape finished
+    last_scrape_unix: float | None = None
+    last_success_unix: float | None = None
+    last_duration_seconds: float = 0.0
+    last_error: str | None = None
+    last_error_reason: str | None = None
+    samples: int = 0
+    body_bytes: int = 0
+    scrapes_total: int = 0
+    errors_total: Counter[str] = field(default_factory=Counter)
+    counter_resets_total: int = 0
+    consecutive_failures: int = 0
+    next_allowed_unix: float = 0.0
+    models: tuple[str, ...] = ()
+
+
+class TargetScraper:
+    def __init__(
+        self,
+        target: TargetConfig,
+        settings: Settings,
+        store: Store,
+        client: httpx.AsyncClient,
+        store_lock: asyncio.Lock,
+    ) -> None:
+        self.target = target
+        self.settings = settings
+        self.store = store
+        self.client = client
+        self.store_lock = store_lock
+        self.status = TargetStatus(target.name, target.url)
+        self.cache: SlotCache = new_cache()
+        self.tracker = DeltaTracker()
+        self.series_ids: dict[SeriesIdent, int] = {}
+        self.target_id: int | None = None
+
+    @property
+    def interval(self) -> float:
+        return self.settings.target_interval(self.target)
+
+    @property
+    def timeout(self) -> float:
+        return self.settings.target_timeout(self.target)
+
+    async def load(self) -> None:
+        """Register the target and resume its delta state from the last committed scrape."""
+        target_id = await asyncio.to_thread(self.store.ensure_target, self.target.name, self.target.url)
+        self.tracker, self.series_ids = await asyncio.to_thread(self.store.load_tracker, target_id)
+        self.target_id = target_id
+
+    async def run_scheduled(self, clock: Callable[[], float] = time.time) -> None:
+        """The scheduler's entry point: honours the failure backoff, never raises."""
+        if clock() < self.status.next_allowed_unix:
+            return
+        await self.scrape_once(clock)
+
+    async def scrape_once(self, clock: Callable[[], float] = time.time) -> bool:
+        """One scrape. Returns True when its deltas were committed."""
+        status = self.status
+        started = time.perf_counter()
+        now = clock()
+        status.scrapes_total += 1
+        try:
+            if self.target_id is None:
+                await self.load()
+            body, content_type = await self._fetch()
+            snapshot = read_scrape(body, content_type, self.cache, self.target.default_model)
+            await self._commit(snapshot, now)
+        except ScrapeError as exc:
+            self._fail(exc.reason, exc.message, now, started)
+            return False
+        except ExpositionError as exc:
+            self._fail(exc.reason, str(exc), now, started)
+            return False
+        except Exception as exc:  # never let one target break the loop
+            log.exception("scrape of target %s failed unexpectedly", self.target.name)
+            self._fail(conv.REASON_STORE, f"{type(exc).__name__}: {exc}", now, started)
+            return False
+        status.up = True
+        status.last_error = None
+        status.last_error_reason = None
+        status.consecutive_failures = 0
+        status.next_allowed_unix = 0.0
+        status.last_scrape_unix = now
+        status.last_success_unix = now
+        status.samples = snapshot.samples
+        status.models = tuple(sorted({k.model for k in (*snapshot.counters, *snapshot.histograms)}))
+        status.last_duration_seconds = time.perf_counter() - started
+        return True
+
+    async def _fetch(self) -> tuple[bytes, str | None]:
+        limit = self.settings.scrape.max_body_bytes
+        headers = {
+            "Accept": ACCEPT,
+            "Accept-Encoding": "gzip",
+            "X-Prometheus-Scrape-Timeout-Seconds": f"{self.timeout:g}",
+        }
+        try:
+            async with asyncio.timeout(self.timeout):
+                async with self.client.stream(
+                    "GET", self.target.url, headers=headers, timeout=self.timeout
+                ) as resp:
+                    if resp.status_code != 200:
+                        raise ScrapeError(
+                            conv.REASON_HTTP_STATUS, f"HTTP {resp.status_code} from {self.target.url}"
+                        )
+                    declared = resp.headers.get("content-length")
+                    if declared and declared.isdigit() and int(declared) > limit:
+                        raise ScrapeError(
+                            conv.REASON_TOO_LARGE,
+                            f"body of {declared} bytes exceeds the limit of {limit} bytes",
+                        )
+                    chunks: list[bytes] = []
+                    size = 0
+                    async for chunk in resp.aiter_bytes():
+                        size += len(chunk)
+                        if size > limit:
+                            raise ScrapeError(
+                                conv.REASON_TOO_LARGE,
+                                f"body exceeds the limit of {limit} bytes (after decompression)",
+                            )
+                        chunks.append(chunk)
+                    self.status.body_bytes = size
+                    return b"".join(chunks), resp.headers.get("content-type")
+        except TimeoutError:
+            raise ScrapeError(conv.REASON_TIMEOUT, f"no complete answer within {self.timeout:g}s") from None
+        except httpx.TimeoutException:
+            raise ScrapeError(conv.REASON_TIMEOUT, f"no complete answer within {self.timeout:g}s") from None
+        except httpx.HTTPError as exc:
+            raise ScrapeError(conv.REASON_CONNECT, f"{type(exc).__name__}: {exc}") from None
+
+    async def _commit(self, snapshot: EngineSnapshot, now: float) -> None:
+        target_id = self.target_id
+        assert target_id is not None
+        deltas = self.tracker.observe(snapshot, now)
+        try:
+            async with self.store_lock:
+                await asyncio.to_thread(
+                    self.store.commit_scrape, target_id, deltas, snapshot.units, self.series_ids, now
+                )
+        except Exception as exc:
+            raise ScrapeError(
+                conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}"
+            ) from exc
+        self.tracker.commit(deltas, now)
+        self.status.counter_resets_total += deltas.resets
+
+    def _fail(self, reason: str, message: str, now: float, started: float) -> None:
+        status = self.status
+        status.up = False
+        status.last_error = message
+        status.last_error_reason = reason
+        status.errors_total[reason] += 1
+        status.consecutive_failures += 1
+        status.last_scrape_unix = now
+        status.last_duration_seconds = time.perf_counter() - started
+        # Exponential backoff: the first failure retries on the next tick, then 1, 3, 7... intervals.
+        backoff = self.interval * (2 ** (status.consecutive_failures - 1) - 1)
+        backoff = min(self.settings.scrape.backoff_max, backoff)
+        status.next_allowed_unix = now + backoff
+        log.warning("target %s down (%s): %s", self.target.name, reason, message)

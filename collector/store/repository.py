@@ -1,0 +1,382 @@
+"""Durable rollups: commit a scrape atomically, read windows back, compact and expire.
+
+Works on SQLite (the embedded default) and PostgreSQL (`postgresql+psycopg://...`). A scrape's
+cells, the series' new cumulative state and the target's baseline are written in one
+transaction, so a collector restart resumes exactly where the last committed scrape left off.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, create_engine, delete, event, insert, select, update
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import make_url
+
+from collector.rollup import (
+    HOUR_SECONDS,
+    MINUTE_SECONDS,
+    Cell,
+    Cumulative,
+    DeltaTracker,
+    ScrapeDeltas,
+    SeriesCell,
+    SeriesIdent,
+)
+from collector.sources.vllm import Kind, SeriesKey
+from collector.store.tables import metadata, rollups, series, series_state, targets
+
+
+def make_engine(url: str) -> Engine:
+    """Create the engine; for SQLite, create the directory and use WAL so readers never block."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _encode_floats(values: Sequence[float] | None) -> str | None:
+    return None if values is None else json.dumps(list(values))
+
+
+def _decode_floats(text: str | None) -> list[float] | None:
+    return None if text is None else [float(x) for x in json.loads(text)]
+
+
+def _nan_to_none(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def _none_to_nan(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+class Store:
+    """All database access of the collector. Methods are synchronous; call them off the event loop."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(select(1))
+
+    # --- targets and series identity ---------------------------------------------------------
+
+    def ensure_target(self, name: str, url: str) -> int:
+        with self.engine.begin() as conn:
+            row = conn.execute(select(targets.c.id, targets.c.url).where(targets.c.name == name)).first()
+            if row is not None:
+                if row.url != url:
+                    conn.execute(update(targets).where(targets.c.id == row.id).values(url=url))
+                return int(row.id)
+            result = conn.execute(insert(targets).values(name=name, url=url, created_unix=time.time()))
+            pk = result.inserted_primary_key
+            assert pk is not None
+            return int(pk[0])
+
+    def load_tracker(self, target_id: int) -> tuple[DeltaTracker, dict[SeriesIdent, int]]:
+        """The target's delta state as of its last committed scrape, and its series ids."""
+        with self.engine.connect() as conn:
+            baseline = conn.execute(
+                select(targets.c.baseline_unix).where(targets.c.id == target_id)
+            ).scalar_one()
+            rows = conn.execute(
+                select(series, series_state.c.value, series_state.c.sum, series_state.c.buckets)
+                .select_from(series.outerjoin(series_state, series_state.c.series_id == series.c.id))
+                .where(series.c.target_id == target_id)
+            ).all()
+        tracker = DeltaTracker(baseline_unix=baseline)
+        ids: dict[SeriesIdent, int] = {}
+        for row in rows:
+            ident = _ident_from_row(row)
+            ids[ident] = int(row.id)
+            if row.value is not None:
+                tracker.state[ident] = Cumulative(
+                    float(row.value), float(row.sum), _decode_floats(row.buckets)
+                )
+        return tracker, ids
+
+    # --- writing a scrape --------------------------------------------------------------------
+
+    def commit_scrape(
+        self,
+        target_id: int,
+        deltas: ScrapeDeltas,
+        units: dict[SeriesKey, str],
+        series_ids: dict[SeriesIdent, int],
+        now_unix: float,
+    ) -> None:
+        """Add the scrape's cells to their minute rows and store the new state, atomically.
+
+        `series_ids` is the caller's cache; it is updated only after the commit succeeds.
+        """
+        with self.engine.begin() as conn:
+            new_ids = self._create_series(conn, target_id, deltas.cells, units, series_ids)
+            ids = {**series_ids, **new_ids}
+            by_id = {ids[ident]: cell for ident, cell in deltas.cells.items()}
+            self._merge_cells(conn, MINUTE_SECONDS, deltas.minute, by_id)
+            state_rows = [
+                {
+                    "series_id": ids[ident],
+                    "value": c.value,
+                    "sum": c.sum,
+                    "buckets": _encode_floats(c.buckets),
+                }
+                for ident, c in deltas.state.items()
+            ]
+            _upsert(conn, series_state, state_rows, ["series_id"], ["value", "sum", "buckets"])
+            conn.execute(update(targets).where(targets.c.id == target_id).values(baseline_unix=now_unix))
+        series_ids.update(new_ids)
+
+    def _create_series(
+        self,
+        conn: Connection,
+        target_id: int,
+        cells: dict[SeriesIdent, Cell],
+        units: dict[SeriesKey, str],
+        known: dict[SeriesIdent, int],
+    ) -> dict[SeriesIdent, int]:
+        created: dict[SeriesIdent, int] = {}
+        for ident in cells:
+            if ident in known:
+                continue
+            values = _ident_to_row(ident)
+            existing = conn.execute(
+                select(series.c.id).where(
+                    series.c.target_id == target_id, *[series.c[k] == v for k, v in values.items()]
+                )
+            ).scalar()
+            if existing is None:
+                result = conn.execute(
+                    insert(series).values(target_id=target_id, unit=units.get(ident.key, ""), **values)
+                )
+                pk = result.inserted_primary_key
+                assert pk is not None
+                existing = pk[0]
+            created[ident] = int(existing)
+        return created
+
+    def _merge_cells(self, conn: Connection, period: int, start: int, by_id: dict[int, Cell]) -> None:
+        if not by_id:
+            return
+        merged: dict[int, Cell] = {}
+        ids = list(by_id)
+        for chunk in _chunks(ids, 500):
+            for row in conn.execute(
+                select(rollups).where(
+                    rollups.c.period_seconds == period,
+                    rollups.c.start_unix == start,
+                    rollups.c.series_id.in_(chunk),
+                )
+            ):
+                merged[int(row.series_id)] = _cell_from_row(row, by_id[int(row.series_id)].kind)
+        rows = []
+        for sid, cell in by_id.items():
+            have = merged.get(sid)
+            if have is None:
+                have = cell.copy()
+            else:
+                have.merge(cell)
+            rows.append(_cell_to_row(sid, period, start, have))
+        _upsert(
+            conn,
+            rollups,
+            rows,
+            ["series_id", "period_seconds", "start_unix"],
+            [c.name for c in rollups.columns if c.name not in ("series_id", "period_seconds", "start_unix")],
+        )
+
+    # --- reading windows ---------------------------------------------------------------------
+
+    def read_window(
+        self, start_unix: int, end_unix: int, target: str | None = None, model: str | None = None
+    ) -> list[SeriesCell]:
+        """Merge every cell with start in [start_unix, end_unix) per series.
+
+        Hour cells are included when they lie wholly inside the window (after compaction the
+        minutes they came from are gone, so nothing is counted twice).
+        """
+        cond = [
+            rollups.c.start_unix >= start_unix,
+            rollups.c.start_unix < end_unix,
+            (rollups.c.period_seconds == MINUTE_SECONDS)
+            | and_(rollups.c.period_seconds == HOUR_SECONDS, rollups.c.start_unix + HOUR_SECONDS <= end_unix),
+        ]
+        if target is not None:
+            cond.append(targets.c.name == target)
+        if model is not None:
+            cond.append(series.c.model == model)
+        query = (
+            select(
+                rollups,
+                series.c.model,
+                series.c.metric,
+                series.c.kind,
+                series.c.labels,
+                series.c.bounds,
+                series.c.unit,
+                targets.c.name.label("target_name"),
+            )
+            .select_from(
+                rollups.join(series, series.c.id == rollups.c.series_id).join(
+                    targets, targets.c.id == series.c.target_id
+                )
+            )
+            .where(*cond)
+            .order_by(rollups.c.series_id, rollups.c.start_unix)
+        )
+        out: dict[int, SeriesCell] = {}
+        with self.engine.connect() as conn:
+            for row in conn.execute(query):
+                sid = int(row.series_id)
+                ident = _ident_from_row(row)
+                cell = _cell_from_row(row, ident.kind)
+                have = out.get(sid)
+                if have is None:
+                    out[sid] = SeriesCell(row.target_name, ident, row.unit, cell)
+                else:
+                    have.cell.merge(cell)
+        return list(out.values())
+
+    def target_names(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return [r[0] for r in conn.execute(select(targets.c.name).order_by(targets.c.name))]
+
+    def count_rollups(self, period: int | None = None) -> int:
+        query = select(rollups.c.series_id)
+        if period is not None:
+            query = query.where(rollups.c.period_seconds == period)
+        with self.engine.connect() as conn:
+            return len(conn.execute(query).all())
+
+    # --- compaction and retention ------------------------------------------------------------
+
+    def compact(
+        self, now_unix: float, minute_retention_seconds: float, hour_retention_seconds: float
+    ) -> tuple[int, int]:
+        """Merge minute cells of whole hours older than the minute retention into hour cells,
+        then drop hour cells past their retention. Returns (minutes compacted, hours expired)."""
+        cutoff = int((now_unix - minute_retention_seconds) // HOUR_SECONDS) * HOUR_SECONDS
+        expire = int(now_unix - hour_retention_seconds)
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(rollups, series.c.kind)
+                .select_from(rollups.join(series, series.c.id == rollups.c.series_id))
+                .where(rollups.c.period_seconds == MINUTE_SECONDS, rollups.c.start_unix < cutoff)
+                .order_by(rollups.c.start_unix)
+            ).all()
+            hours: dict[tuple[int, int], Cell] = {}
+            for row in rows:
+                key = (int(row.series_id), int(row.start_unix) // HOUR_SECONDS * HOUR_SECONDS)
+                cell = _cell_from_row(row, Kind(row.kind))
+                if key in hours:
+                    hours[key].merge(cell)
+                else:
+                    hours[key] = cell
+            by_hour: dict[int, dict[int, Cell]] = {}
+            for (sid, hour), cell in hours.items():
+                by_hour.setdefault(hour, {})[sid] = cell
+            for hour, cells in by_hour.items():
+                self._merge_cells(conn, HOUR_SECONDS, hour, cells)
+            conn.execute(
+                delete(rollups).where(
+                    rollups.c.period_seconds == MINUTE_SECONDS, rollups.c.start_unix < cutoff
+                )
+            )
+            expired = conn.execute(
+                delete(rollups).where(rollups.c.period_seconds == HOUR_SECONDS, rollups.c.start_unix < expire)
+            )
+        return len(rows), int(expired.rowcount or 0)
+
+
+def _chunks(items: list[int], size: int) -> Iterable[list[int]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _upsert(
+    conn: Connection, table: Any, rows: list[dict[str, Any]], keys: list[str], update_cols: list[str]
+) -> None:
+    if not rows:
+        return
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        stmt: Any = pg_dialect.insert(table)
+    elif dialect == "sqlite":
+        stmt = sqlite_dialect.insert(table)
+    else:  # pragma: no cover - the two supported backends are above
+        raise NotImplementedError(f"unsupported database dialect {dialect!r}")
+    stmt = stmt.on_conflict_do_update(index_elements=keys, set_={c: stmt.excluded[c] for c in update_cols})
+    conn.execute(stmt, rows)
+
+
+def _ident_to_row(ident: SeriesIdent) -> dict[str, str]:
+    return {
+        "model": ident.key.model,
+        "metric": ident.key.metric,
+        "kind": ident.kind.value,
+        "labels": json.dumps([list(p) for p in ident.key.labels]),
+        "bounds": json.dumps(list(ident.bounds)),
+    }
+
+
+def _ident_from_row(row: Any) -> SeriesIdent:
+    labels = tuple((str(k), str(v)) for k, v in json.loads(row.labels))
+    bounds = tuple(float(b) for b in json.loads(row.bounds))
+    return SeriesIdent(SeriesKey(row.model, row.metric, labels), Kind(row.kind), bounds)
+
+
+def _cell_to_row(series_id: int, period: int, start: int, cell: Cell) -> dict[str, Any]:
+    return {
+        "series_id": series_id,
+        "period_seconds": period,
+        "start_unix": start,
+        "value": cell.value,
+        "sum": cell.sum,
+        "buckets": _encode_floats(cell.buckets),
+        "gmin": _nan_to_none(cell.gmin),
+        "gmax": _nan_to_none(cell.gmax),
+        "glast": _nan_to_none(cell.glast),
+        "n": cell.n,
+        "observed_seconds": cell.observed_seconds,
+        "last_unix": cell.last_unix,
+    }
+
+
+def _cell_from_row(row: Any, kind: Kind) -> Cell:
+    return Cell(
+        kind,
+        float(row.value),
+        float(row.sum),
+        _decode_floats(row.buckets),
+        _none_to_nan(row.gmin),
+        _none_to_nan(row.gmax),
+        _none_to_nan(row.glast),
+        int(row.n),
+        float(row.observed_seconds),
+        float(row.last_unix),
+    )

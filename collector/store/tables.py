@@ -1,0 +1,71 @@
+"""SQLAlchemy 2 table definitions: targets, series, their last cumulative state, and rollups."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+targets = Table(
+    "llmslo_targets",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("url", Text, nullable=False),
+    # Time of the last scrape whose deltas were committed; None before the first one.
+    Column("baseline_unix", Float, nullable=True),
+    Column("created_unix", Float, nullable=False),
+)
+
+series = Table(
+    "llmslo_series",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("target_id", Integer, ForeignKey("llmslo_targets.id", ondelete="CASCADE"), nullable=False),
+    Column("model", String(512), nullable=False),
+    Column("metric", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("labels", Text, nullable=False),  # JSON list of [name, value] pairs, sorted
+    Column("bounds", Text, nullable=False),  # JSON list of finite bucket bounds ("[]" if none)
+    Column("unit", String(16), nullable=False, default=""),
+    UniqueConstraint("target_id", "model", "metric", "kind", "labels", "bounds", name="uq_llmslo_series"),
+)
+
+series_state = Table(
+    "llmslo_series_state",
+    metadata,
+    Column("series_id", Integer, ForeignKey("llmslo_series.id", ondelete="CASCADE"), primary_key=True),
+    Column("value", Float, nullable=False),
+    Column("sum", Float, nullable=False),
+    Column("buckets", Text, nullable=True),
+)
+
+rollups = Table(
+    "llmslo_rollups",
+    metadata,
+    Column("series_id", Integer, ForeignKey("llmslo_series.id", ondelete="CASCADE"), primary_key=True),
+    Column("period_seconds", Integer, primary_key=True),  # 60 (minute) or 3600 (hour)
+    Column("start_unix", Integer, primary_key=True),
+    Column("value", Float, nullable=False),
+    Column("sum", Float, nullable=False),
+    Column("buckets", Text, nullable=True),
+    Column("gmin", Float, nullable=True),
+    Column("gmax", Float, nullable=True),
+    Column("glast", Float, nullable=True),
+    Column("n", Integer, nullable=False),
+    Column("observed_seconds", Float, nullable=False),
+    Column("last_unix", Float, nullable=False),
+)
+
+Index("ix_llmslo_rollups_window", rollups.c.period_seconds, rollups.c.start_unix)
