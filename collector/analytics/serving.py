@@ -95,6 +95,11 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
     queries, hits = total("prefix_cache_queries"), total("prefix_cache_hits")
     hit_ratio = hits / queries if queries and hits is not None else None
     units = {sc.unit for sc in cells if sc.ident.key.metric == "prefix_cache_queries" and sc.unit}
+    if queries is None:
+        # vLLM V0 (<= 0.8) only exposed a hit-rate gauge; its mean is the best there is.
+        v0 = _gauge(cells, "prefix_cache_hit_rate_v0", combine_max=True)
+        if v0 is not None:
+            hit_ratio, units = v0.mean, {"v0_gauge"}
 
     latencies: dict[str, LatencyStats] = {}
     for metric in LATENCY_METRICS:

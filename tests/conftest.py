@@ -1,0 +1,81 @@
+"""Shared fixtures: fixture files, a real Store on SQLite and on PostgreSQL, local HTTP targets."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collector.store.repository import Store
+
+FIXTURES = Path(__file__).parent / "fixtures"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+PG_ADMIN_URL = os.environ.get("LLMSLO_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+def require(condition: bool, why: str) -> None:
+    """Skip locally when a real dependency is missing; under CI=true a missing one is a failure."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"{why} (required under CI=true)")
+    pytest.skip(why)
+
+
+def public_sample_section(n: int = 1) -> str:
+    text = (FIXTURES / "vllm-metrics-public-samples.txt").read_text()
+    sections = text.split("# ===== SECTION ")
+    return sections[n].split("\n", 1)[1]
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session; dropped afterwards."""
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover
+        require(False, "psycopg is not installed")
+        raise
+    dsn = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
+    try:
+        admin = psycopg.connect(dsn, autocommit=True)
+    except psycopg.OperationalError as exc:
+        require(False, f"PostgreSQL is not reachable on 127.0.0.1:5432: {exc}")
+        raise
+    name = f"llmslo_test_{uuid.uuid4().hex[:10]}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def _reset_pg(url: str) -> None:
+    store = Store(url)
+    with store.engine.begin() as conn:
+        from collector.store.tables import metadata
+
+        for table in reversed(metadata.sorted_tables):
+            conn.execute(table.delete())
+    store.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database URL on each supported backend (both run in CI)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'llmslo.db'}"
+    url: str = request.getfixturevalue("pg_server")
+    _reset_pg(url)
+    return url
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    s = Store(db_url)
+    yield s
+    s.close()

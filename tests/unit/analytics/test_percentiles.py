@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from collector.analytics.percentiles import fraction_at_or_below, histogram_quantile
+
+BOUNDS = [0.02, 0.04, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0]
+# 20 observations: 10 x 0.03, 6 x 0.3, 2 x 0.9, 1.8, 3.0
+CUM = [0, 10, 10, 16, 16, 18, 19, 20, 20]
+
+
+@pytest.mark.parametrize(
+    ("q", "value", "lower", "upper"),
+    [
+        (0.5, 0.04, 0.02, 0.04),  # rank 10: all of (0.02, 0.04]
+        (0.9, 1.0, 0.75, 1.0),  # rank 18: 16 below, 2 inside -> top of bucket
+        (0.95, 2.5, 1.0, 2.5),  # rank 19
+        (0.99, 4.5, 2.5, 5.0),  # rank 19.8: 0.8 of the way through (2.5, 5]
+        (0.25, 0.03, 0.02, 0.04),  # rank 5: half way through (0.02, 0.04]
+    ],
+)
+def test_quantiles_by_bucket_interpolation(q: float, value: float, lower: float, upper: float) -> None:
+    est = histogram_quantile(q, BOUNDS, CUM)
+    assert est is not None
+    assert est.value == pytest.approx(value)
+    assert (est.lower_bound, est.upper_bound) == (lower, upper)
+    assert est.lower_bound <= est.value <= est.upper_bound
+    assert not est.above_top_bound
+
+
+def test_rank_in_the_inf_bucket_reports_the_top_bound_and_says_so() -> None:
+    est = histogram_quantile(0.99, [0.3, 60.0], [0, 50, 100])
+    assert est is not None
+    assert est.value == 60.0 and est.above_top_bound and math.isinf(est.upper_bound)
+
+
+def test_first_bucket_interpolates_from_zero() -> None:
+    est = histogram_quantile(0.5, [0.1, 1.0], [4, 4, 4])
+    assert est is not None and est.value == pytest.approx(0.05) and est.lower_bound == 0.0
+
+
+def test_empty_histogram_is_no_data() -> None:
+    assert histogram_quantile(0.5, BOUNDS, [0] * 9) is None
+
+
+def test_invalid_arguments() -> None:
+    with pytest.raises(ValueError):
+        histogram_quantile(1.5, BOUNDS, CUM)
+    with pytest.raises(ValueError):
+        histogram_quantile(0.5, BOUNDS, CUM[:-1])
+
+
+def test_fraction_at_a_bound_is_exact_and_off_a_bound_is_interpolated() -> None:
+    assert fraction_at_or_below(1.0, BOUNDS, CUM) == (18 / 20, True)
+    frac, exact = fraction_at_or_below(2.0, BOUNDS, CUM) or (0.0, True)
+    assert not exact and frac == pytest.approx((18 + 1 * (1.0 / 1.5)) / 20)
+    assert fraction_at_or_below(100.0, BOUNDS, CUM) == (1.0, False)
+    assert fraction_at_or_below(1.0, BOUNDS, [0] * 9) is None

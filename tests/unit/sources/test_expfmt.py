@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from collector.sources.expfmt import ExpositionError, SeriesCache, detect_format, parse
+from tests.conftest import public_sample_section
+
+
+def test_public_vllm_sample_parses_to_the_same_samples_as_prometheus_client() -> None:
+    text = public_sample_section(1)
+    ours = {(s.name, s.labels): s.value for s in parse(text).samples}
+    theirs = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            theirs[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    assert ours == theirs
+    assert len(ours) == 252
+
+
+def test_labels_are_unescaped_and_sorted() -> None:
+    expo = parse('m{b="x\\"y",a="1\\\\2\\nz"} 3\n')
+    assert expo.samples[0].labels == (("a", "1\\2\nz"), ("b", 'x"y'))
+
+
+def test_special_values_and_timestamps() -> None:
+    expo = parse("a NaN\nb +Inf\nc -Inf 1700000000000\nd 1.5e3\n")
+    values = [s.value for s in expo.samples]
+    assert math.isnan(values[0]) and values[1] == math.inf and values[2] == -math.inf and values[3] == 1500.0
+
+
+def test_cached_fast_path_gives_the_same_result_as_a_cold_parse() -> None:
+    text = public_sample_section(1)
+    cache: SeriesCache[tuple[str, tuple[tuple[str, str], ...]] | None] = SeriesCache()
+    first = parse(text, cache=cache)
+    second = parse(text.replace(" 66.0", " 67.0"), cache=cache)
+    assert len(cache.entries) == 252
+    assert [(s.name, s.labels) for s in first.samples] == [(s.name, s.labels) for s in second.samples]
+    assert [s.value for s in second.samples].count(67.0) == [s.value for s in first.samples].count(66.0) > 0
+
+
+def test_cache_is_bounded() -> None:
+    cache: SeriesCache[tuple[str, tuple[tuple[str, str], ...]] | None] = SeriesCache(max_entries=3)
+    parse("a 1\nb 1\nc 1\nd 1\n", cache=cache)
+    assert len(cache.entries) <= 3
+
+
+def test_openmetrics_with_exemplars_and_eof() -> None:
+    body = (
+        "# TYPE req counter\n"
+        'req_total{a="1"} 5 # {trace_id="abc"} 1.0 1700000000.0\n'
+        'req_created{a="1"} 1700000000.0\n'
+        "# EOF\n"
+    )
+    expo = parse(body, "application/openmetrics-text; version=1.0.0; charset=utf-8")
+    assert [(s.name, s.value) for s in expo.samples] == [("req_total", 5.0), ("req_created", 1.7e9)]
+    assert expo.types == {"req": "counter"}
+
+
+def test_openmetrics_without_eof_is_rejected() -> None:
+    with pytest.raises(ExpositionError, match="EOF"):
+        parse("# TYPE a gauge\na 1\n", "application/openmetrics-text")
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "fragment"),
+    [
+        ("a 1\nb{x=1} 2\n", 2, "malformed label set"),
+        ("a 1\na 2\n", 2, "duplicate series a (first on line 1)"),
+        ('a{x="1"} 1\na{x="1"} 2\n', 2, "duplicate series"),
+        ("a one\n", 1, "invalid sample value 'one'"),
+        ("a 1_000\n", 1, "invalid sample value"),
+        ("a\n", 1, "missing value"),
+        ("a 1 2 3\n", 1, "unexpected text"),
+        ("# TYPE a gauge\n# TYPE a counter\n", 2, "second TYPE line"),
+        ("# TYPE a sometype\n", 1, "malformed TYPE line"),
+        ('1a{x="y"} 1\n', 1, "expected a metric name"),
+        ('a{x="1",x="2"} 1\n', 1, "duplicate label"),
+    ],
+)
+def test_malformed_lines_are_reported_with_their_line_number(body: str, line: int, fragment: str) -> None:
+    with pytest.raises(ExpositionError) as info:
+        parse(body)
+    assert info.value.line == line
+    assert fragment in str(info.value)
+    assert str(info.value).startswith(f"line {line}:")
+
+
+def test_non_utf8_bytes_name_the_line() -> None:
+    with pytest.raises(ExpositionError) as info:
+        parse(b"a 1\nb 2\nc\xff 3\n")
+    assert info.value.reason == "encoding"
+    assert info.value.line == 3
+    assert "0xff" in str(info.value)
+
+
+@pytest.mark.parametrize("ctype", ["text/html", "application/json", "application/octet-stream"])
+def test_wrong_content_type_is_refused(ctype: str) -> None:
+    with pytest.raises(ExpositionError) as info:
+        detect_format(ctype)
+    assert info.value.reason == "content_type"
+    assert ctype in str(info.value)
+
+
+def test_missing_content_type_means_text_format() -> None:
+    assert detect_format(None) == "text"
+    assert detect_format("text/plain; version=0.0.4; charset=utf-8") == "text"

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import pytest
+
+from collector.rollup import Cell, DeltaTracker, SeriesIdent, period_start
+from collector.sources.vllm import Kind, SeriesKey, read_scrape
+from tests.vllm_fixtures import FAMILIES, Observations, render, workload
+
+MODEL = "m"
+PROMPT = SeriesIdent(SeriesKey(MODEL, "prompt_tokens"), Kind.COUNTER)
+
+
+def snap(obs: Observations, version: str = "0.33"):  # type: ignore[no-untyped-def]
+    return read_scrape(render(FAMILIES[version], {(MODEL, "0"): obs}))
+
+
+def ttft_ident(version: str = "0.33") -> SeriesIdent:
+    return SeriesIdent(SeriesKey(MODEL, "ttft"), Kind.HISTOGRAM, tuple(FAMILIES[version].ttft_bounds))
+
+
+def test_first_scrape_is_a_baseline_with_zero_deltas() -> None:
+    tracker = DeltaTracker()
+    deltas = tracker.observe(snap(workload()), 1000.0)
+    assert deltas.cells[PROMPT].value == 0.0
+    assert deltas.cells[PROMPT].observed_seconds == 0.0
+    assert deltas.cells[ttft_ident()].buckets == [0.0] * 23
+
+
+def test_consecutive_scrapes_give_exact_deltas_and_observed_time() -> None:
+    tracker = DeltaTracker()
+    tracker.commit(tracker.observe(snap(workload(1)), 1000.0), 1000.0)
+    deltas = tracker.observe(snap(workload(3)), 1015.0)
+    assert deltas.cells[PROMPT].value == 10000.0
+    assert deltas.cells[PROMPT].observed_seconds == 15.0
+    ttft = deltas.cells[ttft_ident()]
+    assert ttft.value == 40.0
+    assert ttft.buckets is not None and ttft.buckets[-1] == 40.0
+    assert ttft.sum == pytest.approx(2 * sum(workload().ttft))
+    assert deltas.minute == 960
+
+
+def test_a_restarted_server_gives_the_new_value_never_a_negative_delta() -> None:
+    tracker = DeltaTracker()
+    tracker.commit(tracker.observe(snap(workload(5)), 1000.0), 1000.0)
+    deltas = tracker.observe(snap(workload(1)), 1015.0)
+    assert deltas.cells[PROMPT].value == 5000.0
+    assert deltas.cells[ttft_ident()].value == 20.0
+    assert all(b >= 0 for b in deltas.cells[ttft_ident()].buckets or [])
+    assert deltas.resets >= 2
+
+
+def test_observe_does_not_change_state_until_commit() -> None:
+    tracker = DeltaTracker()
+    tracker.commit(tracker.observe(snap(workload(1)), 1000.0), 1000.0)
+    tracker.observe(snap(workload(4)), 1015.0)  # e.g. the store write failed
+    deltas = tracker.observe(snap(workload(2)), 1030.0)
+    assert deltas.cells[PROMPT].value == 5000.0
+    assert deltas.cells[PROMPT].observed_seconds == 30.0
+
+
+def test_a_new_bucket_layout_is_a_new_series() -> None:
+    tracker = DeltaTracker()
+    tracker.commit(tracker.observe(snap(workload(1), "0.6"), 1000.0), 1000.0)
+    deltas = tracker.observe(snap(workload(1), "0.33"), 1015.0)  # upgraded and restarted
+    assert ttft_ident("0.6") not in deltas.cells
+    new = deltas.cells[ttft_ident("0.33")]
+    assert new.value == 20.0  # counted since the restart, not dropped
+
+
+def test_a_series_appearing_later_counts_from_zero() -> None:
+    tracker = DeltaTracker()
+    tracker.commit(tracker.observe(read_scrape(render(FAMILIES["0.33"], {("a", "0"): workload()})), 1000.0), 1000.0)
+    text = render(FAMILIES["0.33"], {("a", "0"): workload(), ("lora-b", "0"): workload()})
+    deltas = tracker.observe(read_scrape(text), 1015.0)
+    assert deltas.cells[SeriesIdent(SeriesKey("lora-b", "prompt_tokens"), Kind.COUNTER)].value == 5000.0
+    assert deltas.cells[SeriesIdent(SeriesKey("a", "prompt_tokens"), Kind.COUNTER)].value == 0.0
+
+
+def test_gauge_cells_merge_min_max_last_and_mean() -> None:
+    a = Cell(Kind.GAUGE, sum=0.5, gmin=0.5, gmax=0.5, glast=0.5, n=1, last_unix=10)
+    b = Cell(Kind.GAUGE, sum=0.9, gmin=0.9, gmax=0.9, glast=0.9, n=1, last_unix=20)
+    c = Cell(Kind.GAUGE, sum=0.1, gmin=0.1, gmax=0.1, glast=0.1, n=1, last_unix=15)
+    a.merge(b)
+    a.merge(c)
+    assert (a.gmin, a.gmax, a.glast, a.n) == (0.1, 0.9, 0.9, 3)
+    assert a.sum / a.n == pytest.approx(0.5)
+
+
+def test_cell_merge_is_associative() -> None:
+    cells = [Cell(Kind.HISTOGRAM, value=i, sum=i * 0.5, buckets=[i, 2 * i], observed_seconds=15) for i in range(1, 5)]
+    left = cells[0].copy()
+    for c in cells[1:]:
+        left.merge(c)
+    pairs = [cells[0].copy(), cells[2].copy()]
+    pairs[0].merge(cells[1])
+    pairs[1].merge(cells[3])
+    pairs[0].merge(pairs[1])
+    assert (left.value, left.sum, left.buckets, left.observed_seconds) == (
+        pairs[0].value, pairs[0].sum, pairs[0].buckets, pairs[0].observed_seconds)
+
+
+def test_period_start() -> None:
+    assert period_start(119.9) == 60 and period_start(120.0) == 120 and period_start(7199, 3600) == 3600
