@@ -202,11 +202,10 @@ def _describe(err: Any, source: str, root: yaml.Node | None, env_paths: dict[tup
     line = _line_of(root, loc)
     where = f"{source}:{line}" if line else source
     got = err.get("input")
-    suffix = (
-        f" (got {got!r})" if err["type"] != "extra_forbidden" and not isinstance(got, dict | list) else ""
-    )
-    msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-    return f"{where}: {dotted}: {msg}{suffix}"
+    msg = "unknown key" if err["type"] == "extra_forbidden" else str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] != "extra_forbidden" and not isinstance(got, dict | list) and repr(got) not in msg:
+        msg += f" (got {got!r})"
+    return f"{where}: {dotted}: {msg}"
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:

@@ -1,0 +1,143 @@
+"""The store on both backends: atomic scrape commits, windows, restart resume, compaction."""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.analytics.serving import derive
+from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, SeriesIdent
+from collector.sources.vllm import Kind, SeriesKey, read_scrape
+from collector.store.repository import Store
+from tests.vllm_fixtures import FAMILIES, Observations, render, workload
+
+MODEL = "m"
+PROMPT = SeriesIdent(SeriesKey(MODEL, "prompt_tokens"), Kind.COUNTER)
+
+
+def scrape(obs: Observations, version: str = "0.33"):  # type: ignore[no-untyped-def]
+    return read_scrape(render(FAMILIES[version], {(MODEL, "0"): obs}))
+
+
+class Collector:
+    """What TargetScraper does, without HTTP: observe, commit to the store, adopt the state."""
+
+    def __init__(self, store: Store, name: str = "t1") -> None:
+        self.store = store
+        self.target_id = store.ensure_target(name, f"http://127.0.0.1:1/{name}")
+        self.tracker, self.ids = store.load_tracker(self.target_id)
+
+    def scrape(self, obs: Observations, now: float, version: str = "0.33") -> None:
+        snap = scrape(obs, version)
+        deltas = self.tracker.observe(snap, now)
+        self.store.commit_scrape(self.target_id, deltas, snap.units, self.ids, now)
+        self.tracker.commit(deltas, now)
+
+
+def totals(store: Store, start: int, end: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for sc in store.read_window(start, end):
+        if sc.ident.kind is not Kind.GAUGE:
+            out[sc.ident.key.metric] = out.get(sc.ident.key.metric, 0.0) + sc.cell.value
+    return out
+
+
+def test_scrapes_accumulate_into_minute_rows(store: Store) -> None:
+    c = Collector(store)
+    c.scrape(workload(1), 6000.0)
+    c.scrape(workload(2), 6015.0)  # same minute
+    c.scrape(workload(3), 6075.0)  # next minute
+    rows = {(sc.ident.key.metric): sc for sc in store.read_window(6000, 6060)}
+    assert rows["prompt_tokens"].cell.value == 5000.0
+    assert rows["prompt_tokens"].cell.observed_seconds == 15.0
+    assert totals(store, 6000, 6120)["prompt_tokens"] == 10000.0
+    assert totals(store, 6060, 6120)["request_success"] == 20.0
+    ttft = next(sc for sc in store.read_window(6000, 6120) if sc.ident.key.metric == "ttft")
+    assert ttft.ident.bounds == tuple(FAMILIES["0.33"].ttft_bounds)
+    assert ttft.cell.buckets is not None and ttft.cell.buckets[-1] == 40.0
+
+
+def test_a_collector_restart_resumes_deltas_and_loses_nothing(db_url: str) -> None:
+    first = Store(db_url)
+    c = Collector(first)
+    c.scrape(workload(1), 6000.0)
+    c.scrape(workload(2), 6015.0)
+    first.close()
+
+    second = Store(db_url)  # a new process: state comes from the database
+    c2 = Collector(second)
+    assert c2.tracker.baseline_unix == 6015.0
+    c2.scrape(workload(4), 6030.0)
+    assert totals(second, 6000, 6060)["prompt_tokens"] == 15000.0  # 5000 + 10000, none lost or doubled
+    gen = [sc for sc in second.read_window(6000, 6060) if sc.ident == PROMPT][0]
+    assert gen.cell.observed_seconds == 30.0
+    second.close()
+
+
+def test_a_vllm_restart_mid_window_gives_no_negative_delta(store: Store) -> None:
+    c = Collector(store)
+    c.scrape(workload(1), 6000.0)
+    c.scrape(workload(3), 6015.0)
+    c.scrape(workload(1), 6030.0)  # vLLM restarted: counters back to one workload
+    c.scrape(workload(2), 6045.0)
+    t = totals(store, 6000, 6060)
+    assert t["prompt_tokens"] == 5000.0 * (2 + 1 + 1)
+    assert all(sc.cell.value >= 0 for sc in store.read_window(6000, 6060))
+
+
+def test_commit_is_atomic_and_failed_writes_change_nothing(store: Store) -> None:
+    c = Collector(store)
+    c.scrape(workload(1), 6000.0)
+    c.scrape(workload(2), 6015.0)
+    before = totals(store, 6000, 6060)
+    snap = scrape(workload(3))
+    deltas = c.tracker.observe(snap, 6030.0)
+    bad_ids = dict(c.ids)
+    bad_ids[PROMPT] = 10**9  # a series id that violates the foreign key: the transaction must roll back
+    with pytest.raises(Exception):  # noqa: B017 - any database error
+        store.commit_scrape(c.target_id, deltas, snap.units, bad_ids, 6030.0)
+    assert totals(store, 6000, 6060) == before
+    reloaded, _ = store.load_tracker(c.target_id)
+    assert reloaded.baseline_unix == 6015.0
+
+
+def test_window_reads_filter_by_target_and_model(store: Store) -> None:
+    a, b = Collector(store, "a"), Collector(store, "b")
+    for col in (a, b):
+        col.scrape(workload(1), 6000.0)
+        col.scrape(workload(2), 6015.0)
+    assert {sc.target for sc in store.read_window(6000, 6060, target="a")} == {"a"}
+    assert store.read_window(6000, 6060, model="nope") == []
+    assert store.target_names() == ["a", "b"]
+
+
+def test_compaction_merges_whole_old_hours_and_keeps_totals(store: Store) -> None:
+    c = Collector(store)
+    c.scrape(workload(1), 0.0)
+    for i in range(1, 130):  # 129 scrapes a minute apart: just over two hours
+        c.scrape(workload(1 + i), i * 60.0)
+    end = 130 * 60
+    before = derive(store.read_window(0, end), end)
+    minutes, expired = store.compact(now_unix=end + 3600.0, minute_retention_seconds=3600.0,
+                                     hour_retention_seconds=30 * 86400.0)
+    assert minutes == 120 * 22 and expired == 0  # hours 0 and 1 compacted; 22 series
+    assert store.count_rollups(HOUR_SECONDS) == 2 * 22
+    after = derive(store.read_window(0, end), end)
+    assert after.requests == before.requests == 129 * 20
+    assert after.prompt_tokens_per_second == pytest.approx(before.prompt_tokens_per_second)
+    assert after.latencies["ttft"].quantiles == before.latencies["ttft"].quantiles
+    # hour rows count only when wholly inside the window: [1800, 7800) holds hour 3600 and
+    # the ten minutes from 7200, not hour 0
+    assert totals(store, 1800, end)["request_success"] == 20.0 * (60 + 10)
+    store.compact(now_unix=40 * 86400.0, minute_retention_seconds=3600.0, hour_retention_seconds=30 * 86400.0)
+    assert store.count_rollups(HOUR_SECONDS) == 0
+    assert store.count_rollups(MINUTE_SECONDS) == 0
+
+
+def test_a_new_bucket_layout_gets_its_own_stored_series(store: Store) -> None:
+    c = Collector(store)
+    c.scrape(workload(1), 6000.0, version="0.6")
+    c.scrape(workload(2), 6015.0, version="0.6")
+    c.scrape(workload(1), 6030.0, version="0.33")  # upgraded: restarted with new buckets
+    ttft = [sc for sc in store.read_window(6000, 6060) if sc.ident.key.metric == "ttft"]
+    assert sorted(len(sc.ident.bounds) for sc in ttft) == [16, 22]
+    assert sum(sc.cell.value for sc in ttft) == 40.0
