@@ -10,7 +10,9 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import ParamSpec
 
 import httpx
 
@@ -21,6 +23,7 @@ from collector.sources.scrape import TargetScraper
 from collector.store.repository import Store
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
 
 
 def window_bounds(now_unix: float, window_seconds: float) -> tuple[int, int]:
@@ -51,6 +54,7 @@ class Runtime:
         self.snapshot = Snapshot()
         self.started = False
         self.rng = random.Random()
+        self.inflight: set[asyncio.Task[object]] = set()
 
     async def start(self) -> None:
         """Register every target and resume its state (one bad target does not stop the others)."""
@@ -64,7 +68,29 @@ class Runtime:
                 )
         self.started = True
 
+    def tracked(self, job: Callable[P, Awaitable[None]]) -> Callable[P, Awaitable[None]]:
+        """Wrap a scheduled job so that shutdown can wait for it instead of cancelling it mid-write."""
+
+        async def run(*args: P.args, **kwargs: P.kwargs) -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                self.inflight.add(task)
+            try:
+                await job(*args, **kwargs)
+            finally:
+                if task is not None:
+                    self.inflight.discard(task)
+
+        return run
+
+    async def drain(self) -> None:
+        """Let in-flight jobs finish (each scrape is bounded by its timeout)."""
+        if self.inflight:
+            limit = max([self.settings.target_timeout(t) for t in self.settings.targets] + [1.0]) + 5.0
+            await asyncio.wait(set(self.inflight), timeout=limit)
+
     async def close(self) -> None:
+        await self.drain()
         await self.client.aclose()
         self.store.close()
 

@@ -23,20 +23,20 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
     for name, scraper in runtime.scrapers.items():
         interval = scraper.interval
         scheduler.add_job(
-            scraper.run_scheduled,
+            runtime.tracked(scraper.run_scheduled),
             IntervalTrigger(seconds=interval, jitter=interval * runtime.settings.scrape.jitter_ratio),
             id=f"scrape:{name}",
             next_run_time=now + timedelta(seconds=runtime.first_delay(interval)),
         )
     scheduler.add_job(
-        _derive,
+        runtime.tracked(_derive),
         IntervalTrigger(seconds=runtime.settings.derive_interval),
         args=[runtime],
         id="derive",
         next_run_time=now + timedelta(seconds=1),
     )
     scheduler.add_job(
-        _compact,
+        runtime.tracked(_compact),
         IntervalTrigger(seconds=runtime.settings.retention.compaction_interval),
         args=[runtime],
         id="compact",

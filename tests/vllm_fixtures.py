@@ -38,21 +38,81 @@ class Family:
 
 
 FAMILIES = {
-    "0.6": Family("0.6", False, False, ("stop", "length", "abort"), ("gpu_cache_usage_perc",), (), "",
-                  ("time_per_output_token_seconds",), False, True, TTFT_OLD, TOKEN_LAT_OLD, REQ_LAT_OLD),
-    "0.8": Family("0.8", True, True, ("stop", "length", "abort"), ("gpu_cache_usage_perc",),
-                  ("gpu_prefix_cache",), "blocks", ("time_per_output_token_seconds",), False, False,
-                  TTFT_NEW, TOKEN_LAT_NEW, REQ_LAT_NEW),
-    "0.10": Family("0.10", True, True, ("stop", "length", "abort"), ("gpu_cache_usage_perc", "kv_cache_usage_perc"),
-                   ("gpu_prefix_cache", "prefix_cache"), "tokens",
-                   ("time_per_output_token_seconds", "inter_token_latency_seconds"), False, False,
-                   TTFT_NEW, TOKEN_LAT_NEW, REQ_LAT_NEW),
-    "0.11": Family("0.11", True, True, ("stop", "length", "abort"), ("kv_cache_usage_perc",), ("prefix_cache",),
-                   "tokens", ("time_per_output_token_seconds", "inter_token_latency_seconds"), True, False,
-                   TTFT_NEW, TOKEN_LAT_NEW, REQ_LAT_NEW),
-    "0.33": Family("0.33", True, True, ("stop", "length", "abort", "error", "repetition"),
-                   ("kv_cache_usage_perc",), ("prefix_cache",), "tokens", ("inter_token_latency_seconds",), True,
-                   False, TTFT_NEW, TOKEN_LAT_NEW, REQ_LAT_NEW),
+    "0.6": Family(
+        "0.6",
+        False,
+        False,
+        ("stop", "length", "abort"),
+        ("gpu_cache_usage_perc",),
+        (),
+        "",
+        ("time_per_output_token_seconds",),
+        False,
+        True,
+        TTFT_OLD,
+        TOKEN_LAT_OLD,
+        REQ_LAT_OLD,
+    ),
+    "0.8": Family(
+        "0.8",
+        True,
+        True,
+        ("stop", "length", "abort"),
+        ("gpu_cache_usage_perc",),
+        ("gpu_prefix_cache",),
+        "blocks",
+        ("time_per_output_token_seconds",),
+        False,
+        False,
+        TTFT_NEW,
+        TOKEN_LAT_NEW,
+        REQ_LAT_NEW,
+    ),
+    "0.10": Family(
+        "0.10",
+        True,
+        True,
+        ("stop", "length", "abort"),
+        ("gpu_cache_usage_perc", "kv_cache_usage_perc"),
+        ("gpu_prefix_cache", "prefix_cache"),
+        "tokens",
+        ("time_per_output_token_seconds", "inter_token_latency_seconds"),
+        False,
+        False,
+        TTFT_NEW,
+        TOKEN_LAT_NEW,
+        REQ_LAT_NEW,
+    ),
+    "0.11": Family(
+        "0.11",
+        True,
+        True,
+        ("stop", "length", "abort"),
+        ("kv_cache_usage_perc",),
+        ("prefix_cache",),
+        "tokens",
+        ("time_per_output_token_seconds", "inter_token_latency_seconds"),
+        True,
+        False,
+        TTFT_NEW,
+        TOKEN_LAT_NEW,
+        REQ_LAT_NEW,
+    ),
+    "0.33": Family(
+        "0.33",
+        True,
+        True,
+        ("stop", "length", "abort", "error", "repetition"),
+        ("kv_cache_usage_perc",),
+        ("prefix_cache",),
+        "tokens",
+        ("inter_token_latency_seconds",),
+        True,
+        False,
+        TTFT_NEW,
+        TOKEN_LAT_NEW,
+        REQ_LAT_NEW,
+    ),
 }
 
 
@@ -133,40 +193,79 @@ def render(fam: Family, series: dict[tuple[str, str], Observations], created: fl
     for kv in fam.kv_names:
         gauge(kv, "KV-cache usage. 1 means 100 percent usage.", each("kv_usage"))
     if fam.v0_hit_rate_gauge:
-        rates = [(_labels(m, e, fam), o.prefix_hits / o.prefix_queries if o.prefix_queries else 0.0)
-                 for (m, e), o in series.items()]
+        rates = [
+            (_labels(m, e, fam), o.prefix_hits / o.prefix_queries if o.prefix_queries else 0.0)
+            for (m, e), o in series.items()
+        ]
         gauge("gpu_prefix_cache_hit_rate", "GPU prefix cache block hit rate.", rates)
     for stem in fam.prefix_names:
         unit = "blocks" if fam.prefix_unit == "blocks" else "tokens"
-        counter(f"{stem}_queries", f"Prefix cache queries, in terms of number of queried {unit}.",
-                each("prefix_queries"))
-        counter(f"{stem}_hits", f"Prefix cache hits, in terms of number of cached {unit}.", each("prefix_hits"))
+        counter(
+            f"{stem}_queries",
+            f"Prefix cache queries, in terms of number of queried {unit}.",
+            each("prefix_queries"),
+        )
+        counter(
+            f"{stem}_hits", f"Prefix cache hits, in terms of number of cached {unit}.", each("prefix_hits")
+        )
     counter("num_preemptions", "Cumulative number of preemption from the engine.", each("preemptions"))
-    counter("prompt_tokens", "Number of prefill tokens processed.",
-            [(_labels(m, e, fam), float(sum(o.prompt_lengths))) for (m, e), o in series.items()])
-    counter("generation_tokens", "Number of generation tokens processed.",
-            [(_labels(m, e, fam), float(sum(o.output_lengths))) for (m, e), o in series.items()])
+    counter(
+        "prompt_tokens",
+        "Number of prefill tokens processed.",
+        [(_labels(m, e, fam), float(sum(o.prompt_lengths))) for (m, e), o in series.items()],
+    )
+    counter(
+        "generation_tokens",
+        "Number of generation tokens processed.",
+        [(_labels(m, e, fam), float(sum(o.output_lengths))) for (m, e), o in series.items()],
+    )
     success = []
     for (m, e), o in series.items():
         for reason in fam.reasons:
-            success.append((_labels(m, e, fam, {"finished_reason": reason}), float(o.finished.get(reason, 0))))
+            success.append(
+                (_labels(m, e, fam, {"finished_reason": reason}), float(o.finished.get(reason, 0)))
+            )
     counter("request_success", "Count of successfully processed requests.", success)
     histogram("request_prompt_tokens", "Number of prefill tokens processed.", TOKENS_1_2_5, "prompt_lengths")
-    histogram("request_generation_tokens", "Number of generation tokens processed.", TOKENS_1_2_5,
-              "output_lengths")
-    histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", fam.ttft_bounds, "ttft")
+    histogram(
+        "request_generation_tokens", "Number of generation tokens processed.", TOKENS_1_2_5, "output_lengths"
+    )
+    histogram(
+        "time_to_first_token_seconds", "Histogram of time to first token in seconds.", fam.ttft_bounds, "ttft"
+    )
     for itl in fam.itl_names:
         histogram(itl, "Histogram of inter-token latency in seconds.", fam.token_lat_bounds, "itl")
     if fam.tpot:
-        histogram("request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.",
-                  fam.token_lat_bounds, "tpot")
-    histogram("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", fam.req_lat_bounds, "e2e")
-    histogram("request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-              fam.req_lat_bounds, "queue")
-    histogram("request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
-              fam.req_lat_bounds, "prefill")
-    histogram("request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
-              fam.req_lat_bounds, "decode")
+        histogram(
+            "request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            fam.token_lat_bounds,
+            "tpot",
+        )
+    histogram(
+        "e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        fam.req_lat_bounds,
+        "e2e",
+    )
+    histogram(
+        "request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        fam.req_lat_bounds,
+        "queue",
+    )
+    histogram(
+        "request_prefill_time_seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+        fam.req_lat_bounds,
+        "prefill",
+    )
+    histogram(
+        "request_decode_time_seconds",
+        "Histogram of time spent in DECODE phase for request.",
+        fam.req_lat_bounds,
+        "decode",
+    )
     return "\n".join(out) + "\n"
 
 

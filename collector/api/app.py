@@ -35,6 +35,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             yield
         finally:
             if scheduler is not None:
+                scheduler.pause()  # no new runs; running ones finish (shutdown would cancel them)
+                await rt.drain()
                 scheduler.shutdown(wait=False)
             await rt.close()
 

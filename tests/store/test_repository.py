@@ -68,7 +68,7 @@ def test_a_collector_restart_resumes_deltas_and_loses_nothing(db_url: str) -> No
     assert c2.tracker.baseline_unix == 6015.0
     c2.scrape(workload(4), 6030.0)
     assert totals(second, 6000, 6060)["prompt_tokens"] == 15000.0  # 5000 + 10000, none lost or doubled
-    gen = [sc for sc in second.read_window(6000, 6060) if sc.ident == PROMPT][0]
+    gen = next(sc for sc in second.read_window(6000, 6060) if sc.ident == PROMPT)
     assert gen.cell.observed_seconds == 30.0
     second.close()
 
@@ -117,8 +117,9 @@ def test_compaction_merges_whole_old_hours_and_keeps_totals(store: Store) -> Non
         c.scrape(workload(1 + i), i * 60.0)
     end = 130 * 60
     before = derive(store.read_window(0, end), end)
-    minutes, expired = store.compact(now_unix=end + 3600.0, minute_retention_seconds=3600.0,
-                                     hour_retention_seconds=30 * 86400.0)
+    minutes, expired = store.compact(
+        now_unix=end + 3600.0, minute_retention_seconds=3600.0, hour_retention_seconds=30 * 86400.0
+    )
     assert minutes == 120 * 22 and expired == 0  # hours 0 and 1 compacted; 22 series
     assert store.count_rollups(HOUR_SECONDS) == 2 * 22
     after = derive(store.read_window(0, end), end)

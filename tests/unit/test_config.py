@@ -49,8 +49,11 @@ def test_default_database_is_sqlite_in_the_data_dir() -> None:
 
 
 def test_environment_overrides_nested_keys(tmp_path: Path) -> None:
-    env = {"LLMSLO_SERVER__PORT": "9999", "LLMSLO_DATABASE_URL": "postgresql+psycopg://u@h:5432/db",
-           "LLMSLO_SCRAPE__TIMEOUT": "2s"}
+    env = {
+        "LLMSLO_SERVER__PORT": "9999",
+        "LLMSLO_DATABASE_URL": "postgresql+psycopg://u@h:5432/db",
+        "LLMSLO_SCRAPE__TIMEOUT": "2s",
+    }
     s = load_settings(write(tmp_path, GOOD), environ=env)
     assert s.server.port == 9999
     assert s.database_url == "postgresql+psycopg://u@h:5432/db"
@@ -117,8 +120,10 @@ def test_check_config_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureF
     assert "2 problem(s)" in err and "bogus: unknown key" in err
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("15s", 15.0), ("5m", 300.0), ("1h", 3600.0), ("500ms", 0.5),
-                                               ("2d", 172800.0), (30, 30.0)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("15s", 15.0), ("5m", 300.0), ("1h", 3600.0), ("500ms", 0.5), ("2d", 172800.0), (30, 30.0)],
+)
 def test_durations(text: str | int, seconds: float) -> None:
     assert parse_duration(text) == seconds
 

@@ -8,8 +8,14 @@ from collector.sources.vllm import read_scrape
 from tests.vllm_fixtures import FAMILIES, Observations, render, workload
 
 
-def window_cells(version: str, before: Observations, after: Observations, seconds: float = 60.0,
-                 target: str = "t1", model: str = "m") -> list[SeriesCell]:
+def window_cells(
+    version: str,
+    before: Observations,
+    after: Observations,
+    seconds: float = 60.0,
+    target: str = "t1",
+    model: str = "m",
+) -> list[SeriesCell]:
     """Two scrapes `seconds` apart -> the cells the window holds."""
     tracker = DeltaTracker()
     first = read_scrape(render(FAMILIES[version], {(model, "0"): before}))
@@ -24,8 +30,12 @@ def test_derived_metrics_match_hand_computed_values(version: str) -> None:
     stats = derive(window_cells(version, workload(1), workload(2), seconds=40.0), 300.0)
     assert stats.requests == 20.0
     assert stats.requests_per_second == pytest.approx(0.5)
-    assert stats.finished == {"stop": 15.0, "length": 3.0, "abort": 2.0, **(
-        {"error": 0.0, "repetition": 0.0} if version == "0.33" else {})}
+    assert stats.finished == {
+        "stop": 15.0,
+        "length": 3.0,
+        "abort": 2.0,
+        **({"error": 0.0, "repetition": 0.0} if version == "0.33" else {}),
+    }
     assert stats.error_ratio == pytest.approx(0.1)
     assert stats.prompt_tokens_per_second == pytest.approx(5000 / 40)
     assert stats.generation_tokens_per_second == pytest.approx(200 / 40)
@@ -33,9 +43,15 @@ def test_derived_metrics_match_hand_computed_values(version: str) -> None:
     assert stats.prefix_cache_hit_ratio == pytest.approx(0.4)
     assert stats.observed_seconds == 40.0
     ttft = {q.quantile: q for q in stats.latencies["ttft"].quantiles}
-    assert ttft[0.5].value == pytest.approx(0.04) and (ttft[0.5].lower_bound, ttft[0.5].upper_bound) == (0.02, 0.04)
+    assert ttft[0.5].value == pytest.approx(0.04) and (ttft[0.5].lower_bound, ttft[0.5].upper_bound) == (
+        0.02,
+        0.04,
+    )
     assert ttft[0.9].value == pytest.approx(1.0)
-    assert ttft[0.95].value == pytest.approx(2.5) and (ttft[0.95].lower_bound, ttft[0.95].upper_bound) == (1.0, 2.5)
+    assert ttft[0.95].value == pytest.approx(2.5) and (ttft[0.95].lower_bound, ttft[0.95].upper_bound) == (
+        1.0,
+        2.5,
+    )
     assert ttft[0.99].value == pytest.approx(4.5)
     assert stats.latencies["ttft"].mean_seconds == pytest.approx(sum(workload().ttft) / 20)
     assert stats.kv_cache_usage is not None and stats.kv_cache_usage.last == 0.42
@@ -80,7 +96,8 @@ def test_hit_ratio_is_a_ratio_of_sums_not_a_mean_of_ratios() -> None:
 
 def test_rates_add_across_targets_each_over_its_own_observed_time() -> None:
     cells = window_cells("0.33", workload(1), workload(2), seconds=20, target="t1") + window_cells(
-        "0.33", workload(1), workload(3), seconds=80, target="t2")
+        "0.33", workload(1), workload(3), seconds=80, target="t2"
+    )
     assert derive(cells, 300.0).requests_per_second == pytest.approx(20 / 20 + 40 / 80)
 
 
@@ -92,22 +109,28 @@ def test_no_data_is_none_not_zero() -> None:
 
 def test_mixed_bucket_layouts_are_never_merged() -> None:
     cells = window_cells("0.6", workload(1), workload(2), target="old") + window_cells(
-        "0.33", workload(1), workload(4), target="new")
+        "0.33", workload(1), workload(4), target="new"
+    )
     ttft = derive(cells, 300.0).latencies["ttft"]
     assert ttft.mixed_bucket_layouts
     assert ttft.count == 60.0  # the larger layout (new: 3 x 20) is used alone
 
 
 def test_report_groups_by_target_model_and_business_type() -> None:
-    cells = (window_cells("0.33", workload(1), workload(2), target="t1", model="chat-m")
-             + window_cells("0.33", workload(1), workload(2), target="t2", model="chat-m")
-             + window_cells("0.33", workload(1), workload(2), target="t2", model="code-m")
-             + window_cells("0.33", workload(1), workload(2), target="t3", model="x"))
+    cells = (
+        window_cells("0.33", workload(1), workload(2), target="t1", model="chat-m")
+        + window_cells("0.33", workload(1), workload(2), target="t2", model="chat-m")
+        + window_cells("0.33", workload(1), workload(2), target="t2", model="code-m")
+        + window_cells("0.33", workload(1), workload(2), target="t3", model="x")
+    )
     mapping = {("t1", "chat-m"): "chat", ("t2", "chat-m"): "chat", ("t2", "code-m"): "code_completion"}
     report = build_report(cells, 300.0, 0, 300, lambda t, m: mapping.get((t, m)))
     assert [(g.target, g.model, g.business_type) for g in report.groups] == [
-        ("t1", "chat-m", "chat"), ("t2", "chat-m", "chat"), ("t2", "code-m", "code_completion"),
-        ("t3", "x", UNASSIGNED)]
+        ("t1", "chat-m", "chat"),
+        ("t2", "chat-m", "chat"),
+        ("t2", "code-m", "code_completion"),
+        ("t3", "x", UNASSIGNED),
+    ]
     by_type = {b.business_type: b.stats for b in report.business_types}
     assert by_type["chat"].requests == 40.0
     assert by_type["code_completion"].requests == 20.0
@@ -120,7 +143,12 @@ def test_gauges_add_counts_across_series() -> None:
     from collector.sources.vllm import Kind, SeriesKey
 
     def g(target: str, v: float) -> SeriesCell:
-        return SeriesCell(target, SeriesIdent(SeriesKey("m", "requests_waiting"), Kind.GAUGE), "",
-                          Cell(Kind.GAUGE, sum=v, gmin=v, gmax=v, glast=v, n=1))
+        return SeriesCell(
+            target,
+            SeriesIdent(SeriesKey("m", "requests_waiting"), Kind.GAUGE),
+            "",
+            Cell(Kind.GAUGE, sum=v, gmin=v, gmax=v, glast=v, n=1),
+        )
+
     stats = derive([g("a", 3), g("b", 4)], 60.0)
     assert stats.requests_waiting is not None and stats.requests_waiting.last == 7.0

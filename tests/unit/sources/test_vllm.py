@@ -63,8 +63,8 @@ def test_transitional_versions_use_only_the_newest_name() -> None:
     # prefix-cache spellings: counting both would double everything.
     obs = workload()
     text = scrape_of("0.10", obs).replace(
-        "vllm:time_per_output_token_seconds_count{engine=\"0\",model_name=\"org/model-a\"} 180.0",
-        "vllm:time_per_output_token_seconds_count{engine=\"0\",model_name=\"org/model-a\"} 999.0",
+        'vllm:time_per_output_token_seconds_count{engine="0",model_name="org/model-a"} 180.0',
+        'vllm:time_per_output_token_seconds_count{engine="0",model_name="org/model-a"} 999.0',
     )
     snap = read_scrape(text)
     assert snap.histograms[SeriesKey(MODEL, "itl")].count == 180.0
@@ -119,18 +119,36 @@ def test_the_cache_does_not_change_results() -> None:
 @pytest.mark.parametrize(
     ("mutate", "fragment"),
     [
-        (lambda t: t.replace('vllm:prompt_tokens_total{engine="0",model_name="org/model-a"} 5000.0',
-                             'vllm:prompt_tokens_total{engine="0",model_name="org/model-a"} NaN'),
-         "counter vllm:prompt_tokens_total has value nan"),
-        (lambda t: t.replace('vllm:prompt_tokens_total{engine="0",model_name="org/model-a"} 5000.0',
-                             'vllm:prompt_tokens_total{engine="0",model_name="org/model-a"} -1.0'),
-         "has value -1.0"),
-        (lambda t: t.replace("# TYPE vllm:time_to_first_token_seconds histogram\n", ""),
-         "vllm:time_to_first_token_seconds_bucket has no # TYPE line"),
-        (lambda t: t.replace("# TYPE vllm:prompt_tokens_total counter", "# TYPE vllm:prompt_tokens_total gauge"),
-         "declared gauge, expected counter"),
-        (lambda t: t.replace('le="0.5",model_name="org/model-a"} 16.0', 'le="0.5",model_name="org/model-a"} 1.0'),
-         "bucket counts decrease"),
+        (
+            lambda t: t.replace(
+                'vllm:prompt_tokens_total{engine="0",model_name="org/model-a"} 5000.0',
+                'vllm:prompt_tokens_total{engine="0",model_name="org/model-a"} NaN',
+            ),
+            "counter vllm:prompt_tokens_total has value nan",
+        ),
+        (
+            lambda t: t.replace(
+                'vllm:prompt_tokens_total{engine="0",model_name="org/model-a"} 5000.0',
+                'vllm:prompt_tokens_total{engine="0",model_name="org/model-a"} -1.0',
+            ),
+            "has value -1.0",
+        ),
+        (
+            lambda t: t.replace("# TYPE vllm:time_to_first_token_seconds histogram\n", ""),
+            "vllm:time_to_first_token_seconds_bucket has no # TYPE line",
+        ),
+        (
+            lambda t: t.replace(
+                "# TYPE vllm:prompt_tokens_total counter", "# TYPE vllm:prompt_tokens_total gauge"
+            ),
+            "declared gauge, expected counter",
+        ),
+        (
+            lambda t: t.replace(
+                'le="0.5",model_name="org/model-a"} 16.0', 'le="0.5",model_name="org/model-a"} 1.0'
+            ),
+            "bucket counts decrease",
+        ),
         (lambda t: t.replace('le="0.5"', 'le="half"'), "is not a number"),
     ],
 )

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The README's test command: install everything the tests need, then lint, type-check and test.
+# Works on a fresh machine with Python 3.11+; as root it also starts the local PostgreSQL if it is
+# installed but stopped (CI=true makes the PostgreSQL tests mandatory instead of skipped).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e ".[test]"
+
+if [ "$(id -u)" = "0" ] && command -v pg_ctlcluster >/dev/null 2>&1; then
+  if ! (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then
+    echo "starting the local PostgreSQL cluster"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  fi
+fi
+
+echo "== ruff"
+.venv/bin/ruff check collector tests
+.venv/bin/ruff format --check collector tests
+echo "== mypy (strict on collector/)"
+.venv/bin/mypy
+echo "== pytest"
+.venv/bin/python -m pytest --ignore=tests/benchmarks "$@"

@@ -1,0 +1,137 @@
+"""`llmslo serve` as a subprocess against local targets: the API and /metrics a user sees."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.targets import Behaviour, TargetServer, target_server, vllm_body
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def targets() -> Iterator[TargetServer]:
+    started = time.monotonic()
+    scale = lambda: 1 + int((time.monotonic() - started) * 2)  # noqa: E731 - 20 requests every 0.5 s
+    routes = {
+        "/healthy": Behaviour(vllm_body(scale, model="chat-model")),
+        "/error": Behaviour(lambda: b"internal error", status=500),
+        "/timeout": Behaviour(vllm_body(scale), delay_seconds=3.0),
+        "/garbage": Behaviour(lambda: b"\x00\x01 not metrics at all\n"),
+    }
+    with target_server(routes) as srv:
+        yield srv
+
+
+def wait_for(fn, timeout: float = 20.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.2)
+    raise AssertionError(f"condition not met in {timeout}s; last: {last!r}")
+
+
+def test_serve_end_to_end(tmp_path: Path, targets: TargetServer) -> None:
+    port = free_port()
+    config = tmp_path / "llmslo.yaml"
+    config.write_text(f"""\
+data_dir: {tmp_path / "data"}
+derive_interval: 1s
+scrape: {{interval: 1s, timeout: 800ms}}
+targets:
+  - {{name: healthy, url: "{targets.url("/healthy")}", business_type: chat}}
+  - {{name: error, url: "{targets.url("/error")}"}}
+  - {{name: timeout, url: "{targets.url("/timeout")}"}}
+  - {{name: garbage, url: "{targets.url("/garbage")}"}}
+""")
+    env = {**os.environ, "LLMSLO_SERVER__PORT": str(port)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "serve", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200)
+        assert httpx.get(f"{base}/healthz").json() == {"status": "ok"}
+
+        def all_scraped() -> dict[str, dict[str, object]] | None:
+            body = httpx.get(f"{base}/api/v1/targets").json()
+            by_name = {t["name"]: t for t in body["targets"]}
+            ok = by_name["healthy"]["scrapes_total"] >= 3 and all(
+                t["up"] is not None for t in by_name.values()
+            )
+            return by_name if ok else None
+
+        t = wait_for(all_scraped)
+        assert t["healthy"]["up"] is True and t["healthy"]["models"] == ["chat-model"]
+        assert t["error"]["up"] is False and t["error"]["last_error_reason"] == "http_status"
+        assert t["timeout"]["last_error_reason"] == "timeout"
+        assert t["garbage"]["last_error_reason"] in ("parse", "encoding")
+        assert "line 1" in t["garbage"]["last_error"]
+
+        serving = httpx.get(f"{base}/api/v1/serving", params={"window": "5m", "business_type": "chat"}).json()
+        assert [g["target"] for g in serving["groups"]] == ["healthy"]
+        stats = serving["groups"][0]["stats"]
+        assert stats["requests"] > 0 and stats["requests_per_second"] > 0
+        assert stats["error_ratio"] == pytest.approx(0.1)
+        ttft = {q["quantile"]: q for q in stats["latencies"]["ttft"]["quantiles"]}
+        assert ttft[0.95]["lower_bound_seconds"] == 1.0 and ttft[0.95]["upper_bound_seconds"] == 2.5
+        assert serving["business_types"][0]["business_type"] == "chat"
+        bad = httpx.get(f"{base}/api/v1/serving", params={"window": "90s"})
+        assert bad.status_code == 422 and "whole number of minutes" in bad.text
+
+        def derived_metrics() -> dict[str, list[object]] | None:
+            text = httpx.get(f"{base}/metrics").text
+            fams = {f.name: f.samples for f in text_string_to_metric_families(text)}
+            return fams if "llmslo_serving_ttft_seconds" in fams else None
+
+        fams = wait_for(derived_metrics)
+        up = {s.labels["target"]: s.value for s in fams["llmslo_target_up"]}  # type: ignore[attr-defined]
+        assert up == {"healthy": 1.0, "error": 0.0, "timeout": 0.0, "garbage": 0.0}
+        errors = {
+            (s.labels["target"], s.labels["reason"]): s.value  # type: ignore[attr-defined]
+            for s in fams["llmslo_scrape_errors"]
+        }
+        assert errors[("error", "http_status")] >= 1 and errors[("timeout", "timeout")] >= 1
+        p95 = [
+            s
+            for s in fams["llmslo_serving_ttft_seconds"]  # type: ignore[attr-defined]
+            if s.labels["quantile"] == "0.95" and s.labels["window"] == "5m"
+        ]
+        assert len(p95) == 1 and 1.0 <= p95[0].value <= 2.5
+        assert "llmslo_business_requests_per_second" in fams
+        assert httpx.get(f"{base}/docs").status_code == 200
+        assert "/api/v1/serving" in httpx.get(f"{base}/openapi.json").json()["paths"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out, out
