@@ -196,15 +196,15 @@ def load_settings(
 def _describe(err: Any, source: str, root: yaml.Node | None, env_paths: dict[tuple[str, ...], str]) -> str:
     loc = tuple(err["loc"])
     dotted = _dotted(loc)
-    for keys, var in env_paths.items():
-        if tuple(str(p) for p in loc[: len(keys)]) == keys:
-            return f"env {var}: {dotted}: {err['msg']}"
-    line = _line_of(root, loc)
-    where = f"{source}:{line}" if line else source
     got = err.get("input")
     msg = "unknown key" if err["type"] == "extra_forbidden" else str(err["msg"]).removeprefix("Value error, ")
     if err["type"] != "extra_forbidden" and not isinstance(got, dict | list) and repr(got) not in msg:
         msg += f" (got {got!r})"
+    for keys, var in env_paths.items():
+        if tuple(str(p) for p in loc[: len(keys)]) == keys:
+            return f"env {var}: {dotted}: {msg}"
+    line = _line_of(root, loc)
+    where = f"{source}:{line}" if line else source
     return f"{where}: {dotted}: {msg}"
 
 
