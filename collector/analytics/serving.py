@@ -46,9 +46,13 @@ class ServingStats:
     requests_per_second: float | None = None
     finished: dict[str, float] = field(default_factory=dict)
     error_ratio: float | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
     prompt_tokens_per_second: float | None = None
     generation_tokens_per_second: float | None = None
     preemptions_per_second: float | None = None
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
     prefix_cache_hit_ratio: float | None = None
     prefix_cache_unit: str = ""
     kv_cache_usage: GaugeStats | None = None
@@ -127,9 +131,13 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
         requests_per_second=rate("request_success"),
         finished=dict(finished),
         error_ratio=error_ratio,
+        prompt_tokens=total("prompt_tokens"),
+        generation_tokens=total("generation_tokens"),
         prompt_tokens_per_second=rate("prompt_tokens"),
         generation_tokens_per_second=rate("generation_tokens"),
         preemptions_per_second=rate("preemptions"),
+        prefix_cache_queries=queries,
+        prefix_cache_hits=hits,
         prefix_cache_hit_ratio=hit_ratio,
         prefix_cache_unit="/".join(sorted(units)),
         kv_cache_usage=_gauge(cells, "kv_cache_usage", combine_max=True),

@@ -45,9 +45,13 @@ class Serving(BaseModel):
     requests_per_second: float | None
     finished: dict[str, float]
     error_ratio: float | None
+    prompt_tokens: float | None
+    generation_tokens: float | None
     prompt_tokens_per_second: float | None
     generation_tokens_per_second: float | None
     preemptions_per_second: float | None
+    prefix_cache_queries: float | None
+    prefix_cache_hits: float | None
     prefix_cache_hit_ratio: float | None
     prefix_cache_unit: str
     kv_cache_usage_ratio: Gauge | None
@@ -138,9 +142,13 @@ def serving_out(s: ServingStats) -> Serving:
         requests_per_second=s.requests_per_second,
         finished=s.finished,
         error_ratio=s.error_ratio,
+        prompt_tokens=s.prompt_tokens,
+        generation_tokens=s.generation_tokens,
         prompt_tokens_per_second=s.prompt_tokens_per_second,
         generation_tokens_per_second=s.generation_tokens_per_second,
         preemptions_per_second=s.preemptions_per_second,
+        prefix_cache_queries=s.prefix_cache_queries,
+        prefix_cache_hits=s.prefix_cache_hits,
         prefix_cache_hit_ratio=s.prefix_cache_hit_ratio,
         prefix_cache_unit=s.prefix_cache_unit,
         kv_cache_usage_ratio=gauge_out(s.kv_cache_usage),

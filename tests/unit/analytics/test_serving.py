@@ -37,6 +37,7 @@ def test_derived_metrics_match_hand_computed_values(version: str) -> None:
         **({"error": 0.0, "repetition": 0.0} if version == "0.33" else {}),
     }
     assert stats.error_ratio == pytest.approx(0.1)
+    assert (stats.prompt_tokens, stats.generation_tokens) == (5000.0, 200.0)
     assert stats.prompt_tokens_per_second == pytest.approx(5000 / 40)
     assert stats.generation_tokens_per_second == pytest.approx(200 / 40)
     assert stats.preemptions_per_second == pytest.approx(1 / 40)
