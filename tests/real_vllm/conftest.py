@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -136,10 +137,8 @@ class VllmServer:
             os.killpg(pgid, signal.SIGKILL)
             self.proc.wait(timeout=30)
         # engine-core children share the group; make sure none survive
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():

@@ -14,7 +14,49 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}</s>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "latency", "token", "cache", "prefix", "server", "request", "model", "answer", "question", "customer", "service", "code", "completion", "batch", "summary", "system", "prompt", "user", "assistant", "alpha", "beta", "gamma", "delta", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "dog",
+    "latency",
+    "token",
+    "cache",
+    "prefix",
+    "server",
+    "request",
+    "model",
+    "answer",
+    "question",
+    "customer",
+    "service",
+    "code",
+    "completion",
+    "batch",
+    "summary",
+    "system",
+    "prompt",
+    "user",
+    "assistant",
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+]
 
 
 def corpus() -> list[str]:
@@ -46,10 +88,10 @@ def main(out: Path) -> None:
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(fast),
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=128,  # head_dim 64: vLLM's CPU attention rejects head_dim 16
+        intermediate_size=256,
         num_hidden_layers=2,
-        num_attention_heads=4,
+        num_attention_heads=2,
         num_key_value_heads=2,
         max_position_embeddings=1024,
         bos_token_id=fast.bos_token_id,

@@ -170,45 +170,50 @@ def llmslo_totals(rt: Runtime) -> ServingStats:
     return report.groups[0].stats
 
 
-def make_runtime(tmp_path: Path, server: VllmServer) -> Runtime:
-    settings = Settings.model_validate(
-        {
-            "data_dir": str(tmp_path),
-            "targets": [{"name": "vllm", "url": server.metrics_url, "timeout": 10, "business_type": "chat"}],
-        }
-    )
-    return Runtime(settings)
+class Collector:
+    """llmslo's runtime with one target, driven step by step on one event loop."""
+
+    def __init__(self, tmp_path: Path, server: VllmServer) -> None:
+        target = {"name": "vllm", "url": server.metrics_url, "timeout": 10, "business_type": "chat"}
+        settings = Settings.model_validate({"data_dir": str(tmp_path), "targets": [target]})
+        self.loop = asyncio.new_event_loop()
+        self.rt = Runtime(settings)
+        self.loop.run_until_complete(self.rt.start())
+
+    def scrape(self, expect_up: bool = True) -> None:
+        self.loop.run_until_complete(self.rt.scrape_all_once())
+        status = self.rt.scrapers["vllm"].status
+        assert status.up is expect_up, status.last_error
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.rt.close())
+        self.loop.close()
 
 
 def test_llmslo_agrees_with_vllms_own_counters_and_histograms(
     vllm_server: VllmServer, tmp_path: Path
 ) -> None:
-    rt = make_runtime(tmp_path, vllm_server)
-
-    async def scrape() -> None:
-        if not rt.started:
-            await rt.start()
-        await rt.scrape_all_once()
-        assert rt.scrapers["vllm"].status.up, rt.scrapers["vllm"].status.last_error
-
+    col = Collector(tmp_path, vllm_server)
     wait_idle(vllm_server)
-    asyncio.run(scrape())
+    col.scrape()
     before = raw(vllm_server)
     seen = run_workload(vllm_server, rounds=2)
     wait_idle(vllm_server)
     after = raw(vllm_server)
-    asyncio.run(scrape())
+    col.scrape()
     delta = diff(after, before)
-    stats = llmslo_totals(rt)
+    stats = llmslo_totals(col.rt)
 
     finished = {
         dict(labels)["finished_reason"]: v
         for (name, labels), v in delta.items()
         if name == "vllm:request_success_total"
     }
-    assert finished["abort"] >= 1, "the workload's disconnect did not abort a request"
     assert stats.finished == finished
-    assert stats.requests == sum(finished.values()) == seen["ok"] + seen["aborted"]
+    # vLLM 0.32 does not count a client disconnect as finished_reason="abort" (operator trap T4:
+    # its prompt tokens are counted, the request is not), so the finished total is the completed
+    # requests plus whatever aborts vLLM did record.
+    assert stats.requests == sum(finished.values()) == seen["ok"] + finished.get("abort", 0.0)
     assert stats.prompt_tokens == delta[("vllm:prompt_tokens_total", ())]
     assert stats.generation_tokens == delta[("vllm:generation_tokens_total", ())]
     queries, hits = (
@@ -232,35 +237,29 @@ def test_llmslo_agrees_with_vllms_own_counters_and_histograms(
             else:
                 assert (q.lower_bound, q.upper_bound) == expected, (metric, q)
                 assert expected[0] <= q.value <= expected[1]
-    asyncio.run(rt.close())
+    col.close()
 
 
 def test_a_vllm_restart_mid_test_loses_no_request_and_gives_no_negative_delta(
     vllm_server: VllmServer, tmp_path: Path
 ) -> None:
-    rt = make_runtime(tmp_path, vllm_server)
-
-    async def scrape(expect_up: bool = True) -> None:
-        if not rt.started:
-            await rt.start()
-        await rt.scrape_all_once()
-        assert rt.scrapers["vllm"].status.up is expect_up, rt.scrapers["vllm"].status.last_error
-
+    col = Collector(tmp_path, vllm_server)
+    rt = col.rt
     wait_idle(vllm_server)
-    asyncio.run(scrape())
+    col.scrape()
     before_a = raw(vllm_server)
     run_workload(vllm_server)
     wait_idle(vllm_server)
     after_a = raw(vllm_server)
-    asyncio.run(scrape())
+    col.scrape()
 
     vllm_server.stop()
-    asyncio.run(scrape(expect_up=False))  # down: a connect error, nothing stored
+    col.scrape(expect_up=False)  # down: a connect error, nothing stored
     vllm_server.start()
     run_workload(vllm_server)
     wait_idle(vllm_server)
     after_b = raw(vllm_server)  # the new process counted from zero
-    asyncio.run(scrape())
+    col.scrape()
 
     a, b = diff(after_a, before_a), after_b
     stats = llmslo_totals(rt)
@@ -275,4 +274,4 @@ def test_a_vllm_restart_mid_test_loses_no_request_and_gives_no_negative_delta(
     assert rt.scrapers["vllm"].status.counter_resets_total > 0
     cells = rt.store.read_window(0, int(time.time()) + 120)
     assert all(sc.cell.value >= 0 and all(x >= 0 for x in sc.cell.buckets or []) for sc in cells)
-    asyncio.run(rt.close())
+    col.close()
