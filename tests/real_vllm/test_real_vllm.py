@@ -210,10 +210,11 @@ def test_llmslo_agrees_with_vllms_own_counters_and_histograms(
         if name == "vllm:request_success_total"
     }
     assert stats.finished == finished
-    # vLLM 0.32 does not count a client disconnect as finished_reason="abort" (operator trap T4:
-    # its prompt tokens are counted, the request is not), so the finished total is the completed
-    # requests plus whatever aborts vLLM did record.
-    assert stats.requests == sum(finished.values()) == seen["ok"] + finished.get("abort", 0.0)
+    # A client that disconnects mid-stream is counted by vLLM 0.32 either as a finished request
+    # (it generated to the end anyway) or not at all (operator trap T4), never reliably as
+    # finished_reason="abort"; llmslo must agree with whatever vLLM counted.
+    assert stats.requests == sum(finished.values())
+    assert seen["ok"] <= stats.requests <= seen["ok"] + seen["aborted"]
     assert stats.prompt_tokens == delta[("vllm:prompt_tokens_total", ())]
     assert stats.generation_tokens == delta[("vllm:generation_tokens_total", ())]
     queries, hits = (
