@@ -15,6 +15,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from collector.yamlfile import YamlProblem, describe_errors, line_of, parse_yaml_mapping
+
 DEFAULT_BUSINESS_TYPES = ("chat", "customer_service", "code_completion", "batch")
 ENV_PREFIX = "LLMSLO_"
 
@@ -149,17 +151,9 @@ def load_settings(
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError([f"{source}: cannot read: {exc}"]) from None
         try:
-            root = yaml.compose(text)
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{source}:{mark.line + 1}" if mark is not None else source
-            raise ConfigError([f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError([f"{source}: the top level must be a mapping of settings"])
-        data = loaded
+            data, root = parse_yaml_mapping(text, source)
+        except YamlProblem as exc:
+            raise ConfigError([str(exc)]) from None
     env_paths: dict[tuple[str, ...], str] = {}
     for var, raw in sorted(environ.items()):
         if not var.startswith(ENV_PREFIX) or var == ENV_PREFIX + "CONFIG":
@@ -186,54 +180,11 @@ def load_settings(
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError([_describe(err, source, root, env_paths) for err in exc.errors()]) from None
+        raise ConfigError(describe_errors(exc, source, root, env_paths)) from None
     problems = _cross_checks(settings, source, root)
     if problems:
         raise ConfigError(problems)
     return settings
-
-
-def _describe(err: Any, source: str, root: yaml.Node | None, env_paths: dict[tuple[str, ...], str]) -> str:
-    loc = tuple(err["loc"])
-    dotted = _dotted(loc)
-    got = err.get("input")
-    msg = "unknown key" if err["type"] == "extra_forbidden" else str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] != "extra_forbidden" and not isinstance(got, dict | list) and repr(got) not in msg:
-        msg += f" (got {got!r})"
-    for keys, var in env_paths.items():
-        if tuple(str(p) for p in loc[: len(keys)]) == keys:
-            return f"env {var}: {dotted}: {msg}"
-    line = _line_of(root, loc)
-    where = f"{source}:{line}" if line else source
-    return f"{where}: {dotted}: {msg}"
-
-
-def _dotted(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "<top level>"
-
-
-def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """The 1-based line of the YAML node at `loc` (or of its nearest existing parent)."""
-    if node is None:
-        return None
-    best = node.start_mark.line + 1
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next((v for k, v in node.value if k.value == str(part)), None)
-            key_node = next((k for k, v in node.value if k.value == str(part)), None)
-            if match is None:
-                return best
-            best = (key_node or match).start_mark.line + 1
-            node = match
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-            best = node.start_mark.line + 1
-        else:
-            return best
-    return best
 
 
 def _cross_checks(settings: Settings, source: str, root: yaml.Node | None) -> list[str]:
@@ -241,7 +192,7 @@ def _cross_checks(settings: Settings, source: str, root: yaml.Node | None) -> li
     seen: dict[str, int] = {}
     known = set(settings.business_types)
     for i, target in enumerate(settings.targets):
-        where = f"{source}:{_line_of(root, ('targets', i)) or '?'}"
+        where = f"{source}:{line_of(root, ('targets', i)) or '?'}"
         if target.name in seen:
             problems.append(
                 f"{where}: targets[{i}].name: duplicate target name {target.name!r} "
