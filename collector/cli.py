@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collector import __version__
 from collector.config import ConfigError, Settings, TargetConfig, load_settings
 from collector.sources.expfmt import ExpositionError
+
+if TYPE_CHECKING:
+    from collector.sim.scenario import Scenario
 
 
 def _load(args: argparse.Namespace) -> Settings:
@@ -121,8 +128,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_example_target(args: argparse.Namespace) -> int:
-    import time
-
     from collector.example_target import ExampleTarget
 
     target = ExampleTarget(port=args.port).start()
@@ -133,6 +138,95 @@ def cmd_example_target(args: argparse.Namespace) -> int:
             time.sleep(3600)
     except KeyboardInterrupt:
         target.stop()
+    return 0
+
+
+def _scenario(name: str) -> Scenario | None:
+    from collector.sim.scenario import ScenarioError, load_scenario
+
+    try:
+        return load_scenario(name)
+    except ScenarioError as exc:
+        print(f"{len(exc.problems)} problem(s) in the scenario:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return None
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Run a simulated vLLM fleet: real time on loopback ports, or --fast into a database."""
+    scenario = _scenario(args.scenario)
+    if scenario is None:
+        return 2
+    version = args.vllm_version or scenario.spec.vllm_version
+    if args.fast:
+        from collector.config import parse_duration
+        from collector.sim.fastclock import run_into_store
+        from collector.store.repository import Store
+
+        store = Store(args.database or "sqlite:///data/simulated.db")
+        started = time.perf_counter()
+        run = run_into_store(scenario, store, parse_duration(args.fast), version=version)
+        print(
+            f"simulated {args.fast} in {time.perf_counter() - started:.1f} s: {len(run.requests)} requests, "
+            f"{sum(s.status.scrapes_total for s in run.scrapers.values())} scrapes into {store.url}"
+        )
+        store.close()
+        return 0
+    return asyncio.run(_simulate_realtime(scenario, version, args))
+
+
+async def _simulate_realtime(scenario: Scenario, version: str, args: argparse.Namespace) -> int:
+    from collector.sim.server import Simulation
+    from collector.sim.spans import SpanEmitter
+
+    otlp = args.otlp_endpoint or (scenario.spec.otlp.endpoint if scenario.spec.otlp else None)
+    emitter = SpanEmitter(otlp) if otlp else None
+    sim = Simulation(
+        scenario,
+        version,
+        host=args.host,
+        base_port=args.port_base,
+        builtin_workload=not args.no_workload,
+        emitter=emitter,
+    )
+    await sim.start()
+    print(f"simulating {scenario.source} (vLLM naming {version}); Ctrl-C stops")
+    for name in sim.replicas:
+        print(f"  {name:12} {sim.url(name, '/metrics')}   {sim.url(name, '/v1')}")
+    if otlp:
+        print(f"  gateway spans -> {otlp}")
+    sys.stdout.flush()
+    try:
+        if args.duration:
+            await asyncio.sleep(args.duration)
+        else:
+            await asyncio.Event().wait()
+    finally:
+        await sim.stop()
+        if emitter is not None:
+            emitter.shutdown()
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from collector.demo import run_demo
+
+    scenario = _scenario(args.scenario)
+    if scenario is None:
+        return 2
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(
+            run_demo(
+                scenario,
+                host=args.host,
+                port=args.port,
+                data_dir=args.data_dir,
+                duration=args.duration,
+                live=not args.no_live,
+            )
+        )
+    print("demo stopped")
     return 0
 
 
@@ -162,6 +256,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source")
     p.add_argument("--content-type", default=None)
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("simulate", help="run a simulated vLLM fleet (real time, or --fast into a database)")
+    p.add_argument(
+        "--scenario", default="healthy", help="scenario file, or builtin: demo, healthy, incidents"
+    )
+    p.add_argument("--vllm-version", choices=["current", "0.10", "0.6"], help="metric naming family to emit")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--port-base", type=int, default=0, help="replica i listens on base+i (default: free ports)"
+    )
+    p.add_argument("--no-workload", action="store_true", help="only serve what API clients send")
+    p.add_argument("--otlp-endpoint", help="send one gateway span per request here (OTLP/HTTP)")
+    p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument("--fast", help="simulate this long (e.g. 6h) on a virtual clock into --database")
+    p.add_argument("--database", help="database URL for --fast (default sqlite:///data/simulated.db)")
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("demo", help="simulator + collector + live view: healthy, an incident, recovery")
+    p.add_argument("--scenario", default="demo")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9464)
+    p.add_argument("--data-dir", default="./data")
+    p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument("--no-live", action="store_true", help="no terminal view (for scripts)")
+    p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("example-target", help="serve the bundled example vLLM /metrics")
     p.add_argument("--port", type=int, default=8000)

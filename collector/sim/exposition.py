@@ -180,10 +180,10 @@ class EngineMetrics:
         decode: float,
         e2e: float,
     ) -> None:
-        """One finished request, as vLLM's PrometheusStatLogger records it."""
+        """One finished request, as vLLM's PrometheusStatLogger records it (the prompt-token
+        counter is advanced at prefill, by the engine model)."""
         h = self.hist
         self.finished[reason] = self.finished.get(reason, 0) + 1
-        self.prompt_tokens += prompt_tokens
         self.generation_tokens += output_tokens
         tpot = decode / (output_tokens - 1) if output_tokens > 1 else 0.0
         inference = prefill + decode

@@ -346,7 +346,8 @@ class Fleet:
             hit = not collapse and last is not None and t - last <= self.prefix_cache_ttl
             cached = (req.system_tokens // dep.block_size) * dep.block_size if hit else 0
             rep.cache_last_used[key] = t
-            if math.isnan(req.admitted):
+            if math.isnan(req.admitted):  # vLLM counts prompt tokens when it prefills them
+                rep.metrics.prompt_tokens += req.prompt_tokens
                 rep.metrics.prefix_queries += req.prompt_tokens
                 rep.metrics.prefix_hits += cached
                 req.cached_tokens = cached

@@ -3,7 +3,7 @@ turned into the simulator's frozen specs. `builtin` names the scenarios shipped 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -16,8 +16,15 @@ from collector.sim.model import BusinessProfile, DeploymentSpec, Fleet, Incident
 from collector.yamlfile import YamlProblem, describe_errors, line_of, parse_yaml_mapping
 
 INCIDENT_KINDS = (
-    "latency_regression", "overload", "prefix_cache_collapse", "prompt_drift", "error_burst", "server_restart",
-    "replica_down", "slow_metrics", "malformed_metrics",
+    "latency_regression",
+    "overload",
+    "prefix_cache_collapse",
+    "prompt_drift",
+    "error_burst",
+    "server_restart",
+    "replica_down",
+    "slow_metrics",
+    "malformed_metrics",
 )
 BUILTIN = ("demo", "healthy", "incidents")
 
@@ -68,8 +75,15 @@ class DeploymentIn(_Strict):
 
 class IncidentIn(_Strict):
     kind: Literal[
-        "latency_regression", "overload", "prefix_cache_collapse", "prompt_drift", "error_burst", "server_restart",
-        "replica_down", "slow_metrics", "malformed_metrics",
+        "latency_regression",
+        "overload",
+        "prefix_cache_collapse",
+        "prompt_drift",
+        "error_burst",
+        "server_restart",
+        "replica_down",
+        "slow_metrics",
+        "malformed_metrics",
     ]
     start: Duration
     duration: Duration
@@ -121,22 +135,38 @@ class Scenario:
     def __init__(self, spec: ScenarioIn, source: str) -> None:
         self.spec = spec
         self.source = source
-        start = spec.start if spec.start.tzinfo else spec.start.replace(tzinfo=timezone.utc)
+        start = spec.start if spec.start.tzinfo else spec.start.replace(tzinfo=UTC)
         self.start_unix = start.timestamp()
         self.profiles = [
-            BusinessProfile(name, b.share, b.prompt_tokens.median, b.prompt_tokens.sigma, b.output_tokens.median,
-                            b.output_tokens.sigma, b.max_tokens, b.system_prompt_tokens, b.system_prompts,
-                            tuple(b.tenants), b.streaming_share)
+            BusinessProfile(
+                name,
+                b.share,
+                b.prompt_tokens.median,
+                b.prompt_tokens.sigma,
+                b.output_tokens.median,
+                b.output_tokens.sigma,
+                b.max_tokens,
+                b.system_prompt_tokens,
+                b.system_prompts,
+                tuple(b.tenants),
+                b.streaming_share,
+            )
             for name, b in spec.business_types.items()
         ]
         self.deployments = [
             DeploymentSpec(
-                name=d.name, model=ModelSpec(**d.model.model_dump()), gpu_memory_gb=d.gpu_memory_gb,
-                replicas=d.replicas, business_types=tuple(d.business_types),
-                gpu_memory_utilization=d.gpu_memory_utilization, max_num_seqs=d.max_num_seqs,
-                max_model_len=d.max_model_len, block_size=d.block_size,
+                name=d.name,
+                model=ModelSpec(**d.model.model_dump()),
+                gpu_memory_gb=d.gpu_memory_gb,
+                replicas=d.replicas,
+                business_types=tuple(d.business_types),
+                gpu_memory_utilization=d.gpu_memory_utilization,
+                max_num_seqs=d.max_num_seqs,
+                max_model_len=d.max_model_len,
+                block_size=d.block_size,
                 prefill_tokens_per_second=d.prefill_tokens_per_second,
-                decode_seconds_per_token=d.decode_seconds_per_token, decode_batch_slope=d.decode_batch_slope,
+                decode_seconds_per_token=d.decode_seconds_per_token,
+                decode_batch_slope=d.decode_batch_slope,
             )
             for d in spec.deployments
         ]
@@ -152,15 +182,26 @@ class Scenario:
     def fleet(self) -> Fleet:
         w = self.spec.workload
         hour = self.spec.start.hour + self.spec.start.minute / 60
-        return Fleet(self.deployments, self.profiles, self.incidents, w.requests_per_second, w.daily_amplitude,
-                     hour, self.spec.seed, self.start_unix, w.prefix_cache_ttl)
+        return Fleet(
+            self.deployments,
+            self.profiles,
+            self.incidents,
+            w.requests_per_second,
+            w.daily_amplitude,
+            hour,
+            self.spec.seed,
+            self.start_unix,
+            w.prefix_cache_ttl,
+        )
 
 
 def load_scenario(path_or_name: str) -> Scenario:
     """A scenario from a file, or one of the built-in names. Raises ScenarioError with every problem."""
     if path_or_name in BUILTIN and not Path(path_or_name).exists():
         source = f"builtin:{path_or_name}"
-        text = resources.files("collector").joinpath("data", f"scenario-{path_or_name}.yaml").read_text("utf-8")
+        text = (
+            resources.files("collector").joinpath("data", f"scenario-{path_or_name}.yaml").read_text("utf-8")
+        )
     else:
         source = path_or_name
         try:
@@ -195,28 +236,36 @@ def _cross_checks(spec: ScenarioIn, source: str, root: object) -> list[str]:
     names: set[str] = set()
     for i, d in enumerate(spec.deployments):
         if d.name in names:
-            problems.append(f"{at('deployments', i, 'name')}: deployments[{i}].name: duplicate deployment {d.name!r}")
+            problems.append(
+                f"{at('deployments', i, 'name')}: deployments[{i}].name: duplicate deployment {d.name!r}"
+            )
         names.add(d.name)
         for j, bt in enumerate(d.business_types):
             if bt not in spec.business_types:
-                problems.append(f"{at('deployments', i, 'business_types', j)}: deployments[{i}].business_types[{j}]: "
-                                f"unknown business type {bt!r} (defined: {', '.join(sorted(spec.business_types))})")
+                problems.append(
+                    f"{at('deployments', i, 'business_types', j)}: deployments[{i}].business_types[{j}]: "
+                    f"unknown business type {bt!r} (defined: {', '.join(sorted(spec.business_types))})"
+                )
             served.add(bt)
         model = ModelSpec(**d.model.model_dump())
-        dep = DeploymentSpec(d.name, model, d.gpu_memory_gb, d.replicas, tuple(d.business_types),
-                             d.gpu_memory_utilization)
+        dep = DeploymentSpec(
+            d.name, model, d.gpu_memory_gb, d.replicas, tuple(d.business_types), d.gpu_memory_utilization
+        )
         if dep.kv_capacity_tokens < d.max_model_len:
             weights = model.weight_bytes / 1e9
             usable = d.gpu_memory_gb * d.gpu_memory_utilization
             problems.append(
                 f"{at('deployments', i, 'gpu_memory_gb')}: deployments[{i}]: the KV cache holds "
                 f"{dep.kv_capacity_tokens} tokens ({usable:.1f} GB usable - {weights:.1f} GB of weights, "
-                f"{model.kv_bytes_per_token} bytes per token), less than max_model_len {d.max_model_len}")
+                f"{model.kv_bytes_per_token} bytes per token), less than max_model_len {d.max_model_len}"
+            )
         for name, b in spec.business_types.items():
             if name in d.business_types and b.max_tokens + b.system_prompt_tokens > d.max_model_len:
-                problems.append(f"{at('business_types', name, 'max_tokens')}: business_types.{name}.max_tokens: "
-                                f"system prompt + max_tokens exceed max_model_len {d.max_model_len} of "
-                                f"deployment {d.name!r}")
+                problems.append(
+                    f"{at('business_types', name, 'max_tokens')}: business_types.{name}.max_tokens: "
+                    f"system prompt + max_tokens exceed max_model_len {d.max_model_len} of "
+                    f"deployment {d.name!r}"
+                )
     for name in spec.business_types:
         if name not in served:
             problems.append(f"{at('business_types', name)}: business_types.{name}: no deployment serves it")
@@ -224,10 +273,17 @@ def _cross_checks(spec: ScenarioIn, source: str, root: object) -> list[str]:
     for i, inc in enumerate(spec.incidents):
         valid = names | replicas | (set(spec.business_types) if inc.kind == "prompt_drift" else set())
         if inc.target is not None and inc.target not in valid:
-            problems.append(f"{at('incidents', i, 'target')}: incidents[{i}].target: {inc.target!r} is not a "
-                            f"deployment or replica{' or business type' if inc.kind == 'prompt_drift' else ''}")
-        needs = {"latency_regression": "factor", "overload": "factor", "prompt_drift": "factor",
-                 "error_burst": "error_ratio", "slow_metrics": "delay_seconds"}.get(inc.kind)
+            problems.append(
+                f"{at('incidents', i, 'target')}: incidents[{i}].target: {inc.target!r} is not a "
+                f"deployment or replica{' or business type' if inc.kind == 'prompt_drift' else ''}"
+            )
+        needs = {
+            "latency_regression": "factor",
+            "overload": "factor",
+            "prompt_drift": "factor",
+            "error_burst": "error_ratio",
+            "slow_metrics": "delay_seconds",
+        }.get(inc.kind)
         if needs == "factor" and inc.factor == 1.0:
             problems.append(f"{at('incidents', i)}: incidents[{i}]: {inc.kind} needs a factor other than 1")
         if needs == "error_ratio" and inc.error_ratio == 0.0:

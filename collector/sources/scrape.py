@@ -63,14 +63,14 @@ class TargetScraper:
         target: TargetConfig,
         settings: Settings,
         store: Store,
-        client: httpx.AsyncClient,
-        store_lock: asyncio.Lock,
+        client: httpx.AsyncClient | None = None,
+        store_lock: asyncio.Lock | None = None,
     ) -> None:
         self.target = target
         self.settings = settings
         self.store = store
         self.client = client
-        self.store_lock = store_lock
+        self.store_lock = store_lock or asyncio.Lock()
         self.status = TargetStatus(target.name, target.url)
         self.cache: SlotCache = new_cache()
         self.tracker = DeltaTracker()
@@ -98,27 +98,53 @@ class TargetScraper:
         await self.scrape_once(clock)
 
     async def scrape_once(self, clock: Callable[[], float] = time.time) -> bool:
-        """One scrape. Returns True when its deltas were committed."""
-        status = self.status
+        """One scrape over HTTP. Returns True when its deltas were committed."""
         started = time.perf_counter()
         now = clock()
-        status.scrapes_total += 1
+        self.status.scrapes_total += 1
         try:
             if self.target_id is None:
                 await self.load()
             body, content_type = await self._fetch()
             snapshot = read_scrape(body, content_type, self.cache, self.target.default_model)
             await self._commit(snapshot, now)
-        except ScrapeError as exc:
-            self._fail(exc.reason, exc.message, now, started)
-            return False
-        except ExpositionError as exc:
-            self._fail(exc.reason, str(exc), now, started)
-            return False
         except Exception as exc:  # never let one target break the loop
-            log.exception("scrape of target %s failed unexpectedly", self.target.name)
-            self._fail(conv.REASON_STORE, f"{type(exc).__name__}: {exc}", now, started)
+            self._failed(exc, now, started)
             return False
+        self._succeeded(snapshot, now, started)
+        return True
+
+    def ingest(
+        self, body: bytes | str | None, content_type: str | None, now: float, error: ScrapeError | None = None
+    ) -> bool:
+        """Synchronous ingestion of a body obtained elsewhere (the simulator's fast clock hands
+        bodies, or the error a real scrape would have had, with a virtual `now`)."""
+        started = time.perf_counter()
+        self.status.scrapes_total += 1
+        try:
+            if error is not None:
+                raise error
+            if self.target_id is None:
+                self.target_id = self.store.ensure_target(self.target.name, self.target.url)
+                self.tracker, self.series_ids = self.store.load_tracker(self.target_id)
+            snapshot = read_scrape(body or b"", content_type, self.cache, self.target.default_model)
+            deltas = self.tracker.observe(snapshot, now)
+            try:
+                self.store.commit_scrape(self.target_id, deltas, snapshot.units, self.series_ids, now)
+            except Exception as exc:
+                raise ScrapeError(
+                    conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}"
+                ) from exc
+            self.tracker.commit(deltas, now)
+            self.status.counter_resets_total += deltas.resets
+        except Exception as exc:
+            self._failed(exc, now, started)
+            return False
+        self._succeeded(snapshot, now, started)
+        return True
+
+    def _succeeded(self, snapshot: EngineSnapshot, now: float, started: float) -> None:
+        status = self.status
         status.up = True
         status.last_error = None
         status.last_error_reason = None
@@ -129,9 +155,19 @@ class TargetScraper:
         status.samples = snapshot.samples
         status.models = tuple(sorted({k.model for k in (*snapshot.counters, *snapshot.histograms)}))
         status.last_duration_seconds = time.perf_counter() - started
-        return True
+
+    def _failed(self, exc: Exception, now: float, started: float) -> None:
+        if isinstance(exc, ScrapeError):
+            self._fail(exc.reason, exc.message, now, started)
+        elif isinstance(exc, ExpositionError):
+            self._fail(exc.reason, str(exc), now, started)
+        else:
+            log.exception("scrape of target %s failed unexpectedly", self.target.name, exc_info=exc)
+            self._fail(conv.REASON_STORE, f"{type(exc).__name__}: {exc}", now, started)
 
     async def _fetch(self) -> tuple[bytes, str | None]:
+        if self.client is None:
+            raise ScrapeError(conv.REASON_CONNECT, "this scraper has no HTTP client (ingest-only)")
         limit = self.settings.scrape.max_body_bytes
         headers = {
             "Accept": ACCEPT,

@@ -1,0 +1,166 @@
+"""`llmslo demo`: the simulator and the collector in one process, with a live terminal view.
+
+Healthy traffic, then an incident, then recovery (the built-in "demo" scenario); the view shows,
+per business type, TTFT and TPOT p95 against the seeds' objectives, request rate, prefix-cache
+hit ratio and queue depth, as the collector computes them from its own scrapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+import uvicorn
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from collector.analytics.serving import ServingReport, ServingStats
+from collector.api.app import create_app
+from collector.config import Settings
+from collector.runtime import Runtime
+from collector.sim.fastclock import targets_for
+from collector.sim.scenario import Scenario
+from collector.sim.server import Simulation
+
+# The seeds' latency targets per business type, as p95 thresholds (seconds). The SLO engine
+# (rules/) will replace this table with error budgets; until then the view compares p95s.
+OBJECTIVES: dict[str, dict[str, float]] = {
+    "chat": {"ttft": 1.0, "tpot": 0.066},
+    "customer_service": {"ttft": 2.0, "tpot": 0.1},
+    "code_completion": {"ttft": 0.5, "tpot": 0.05},
+    "batch": {},
+}
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[no-untyped-def]
+        yield
+
+
+def _p95(stats: ServingStats, metric: str) -> float | None:
+    lat = stats.latencies.get(metric)
+    if lat is None:
+        return None
+    return next((q.value for q in lat.quantiles if q.quantile == 0.95), None)
+
+
+def _cell(value: float | None, objective: float | None, unit: str = "s") -> Text:
+    if value is None:
+        return Text("no data", style="dim")
+    text = f"{value * 1000:.0f} ms" if unit == "s" and value < 1 else f"{value:.2f} {unit}"
+    if objective is None:
+        return Text(text)
+    ok = value <= objective
+    return Text(
+        f"{text} / {objective * 1000:.0f} ms" if objective < 1 else f"{text} / {objective:g} s",
+        style="green" if ok else "bold red",
+    )
+
+
+def render_view(report: ServingReport | None, sim: Simulation, base: str) -> Group:
+    t = sim.now
+    header = Text(
+        f"llmslo demo   t = {int(t // 60)}:{int(t % 60):02d}   API {base}/api/v1/serving   "
+        f"metrics {base}/metrics   docs {base}/docs   (Ctrl-C stops)",
+        style="bold",
+    )
+    active = [i for i in sim.scenario.incidents if i.active(t)]
+    upcoming = [i for i in sim.scenario.incidents if i.start > t]
+    if active:
+        state = Text(
+            "incident: " + ", ".join(f"{i.kind} x{i.factor:g}" if i.factor != 1 else i.kind for i in active),
+            style="bold red",
+        )
+    elif upcoming:
+        nxt = upcoming[0]
+        state = Text(
+            f"healthy; next incident ({nxt.kind}) at {int(nxt.start // 60)}:{int(nxt.start % 60):02d}",
+            style="green",
+        )
+    else:
+        state = Text("healthy (no incident left in the scenario)", style="green")
+    table = Table(title="per business type, last minute (p95 / objective)")
+    for col in ("business type", "req/s", "TTFT p95", "TPOT p95", "cache hit", "waiting", "status"):
+        table.add_column(col)
+    if report is not None:
+        for b in report.business_types:
+            s = b.stats
+            obj = OBJECTIVES.get(b.business_type, {})
+            ttft, tpot = _p95(s, "ttft"), _p95(s, "tpot")
+            breach = (ttft is not None and "ttft" in obj and ttft > obj["ttft"]) or (
+                tpot is not None and "tpot" in obj and tpot > obj["tpot"]
+            )
+            table.add_row(
+                b.business_type,
+                f"{s.requests_per_second:.1f}" if s.requests_per_second is not None else "-",
+                _cell(ttft, obj.get("ttft")),
+                _cell(tpot, obj.get("tpot")),
+                f"{s.prefix_cache_hit_ratio:.0%}" if s.prefix_cache_hit_ratio is not None else "-",
+                f"{s.requests_waiting.last:.0f}" if s.requests_waiting else "-",
+                Text("BREACH", style="bold red") if breach else Text("ok", style="green"),
+            )
+    return Group(header, state, table)
+
+
+async def run_demo(
+    scenario: Scenario,
+    host: str = "127.0.0.1",
+    port: int = 9464,
+    data_dir: str = "./data",
+    duration: float | None = None,
+    live: bool = True,
+) -> ServingReport | None:
+    """Run until Ctrl-C (or `duration` seconds); returns the last report shown."""
+    sim = Simulation(scenario, host=host)
+    await sim.start()
+    targets = targets_for(scenario, lambda r: sim.url(r))
+    db = Path(data_dir) / "demo.db"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    db.unlink(missing_ok=True)  # every demo starts from an empty store
+    settings = Settings.model_validate(
+        {
+            "data_dir": data_dir,
+            "database_url": f"sqlite:///{db}",
+            "server": {"host": host, "port": port},
+            "windows": ["1m", "5m"],
+            "derive_interval": "5s",
+            "scrape": {"interval": "5s", "timeout": "4s"},
+            "targets": [t.model_dump() for t in targets],
+        }
+    )
+    runtime = Runtime(settings)
+    server = _Server(
+        uvicorn.Config(
+            create_app(settings, runtime), host=host, port=port, log_level="warning", access_log=False
+        )
+    )
+    serve_task = asyncio.create_task(server.serve())
+    base = f"http://{host}:{port}"
+    started = time.monotonic()
+    report: ServingReport | None = None
+    try:
+        while not server.started:
+            if serve_task.done():
+                serve_task.result()
+            await asyncio.sleep(0.05)
+        with (
+            Live(render_view(None, sim, base), refresh_per_second=2, transient=False)
+            if live
+            else (contextlib.nullcontext()) as view
+        ):
+            while duration is None or time.monotonic() - started < duration:
+                report = await asyncio.to_thread(runtime.report, 60.0, time.time())
+                if view is not None:
+                    view.update(render_view(report, sim, base))
+                await asyncio.sleep(2.0)
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await serve_task
+        await sim.stop()
+    return report
