@@ -67,6 +67,11 @@ LATENCY_SUFFIX: Final = {
     "prefill": "prefill_time_seconds",
     "decode": "decode_time_seconds",
 }
+# token-length histograms (drift): logical name -> metric suffix (tokens)
+LENGTH_SUFFIX: Final = {
+    "prompt_length": "prompt_length_tokens",
+    "generation_length": "generation_length_tokens",
+}
 REQUESTS_PER_SECOND: Final = "requests_per_second"
 FINISHED_RATIO: Final = "finished_ratio"
 ERROR_RATIO: Final = "error_ratio"

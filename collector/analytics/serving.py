@@ -17,6 +17,7 @@ from collector.rollup import Cell, SeriesCell
 from collector.sources.vllm import Kind
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode")
+LENGTH_METRICS = ("prompt_length", "generation_length")  # tokens per request (drift)
 ERROR_REASONS = frozenset({"abort", "error"})
 
 
@@ -59,6 +60,7 @@ class ServingStats:
     requests_running: GaugeStats | None = None
     requests_waiting: GaugeStats | None = None
     latencies: dict[str, LatencyStats] = field(default_factory=dict)
+    lengths: dict[str, LatencyStats] = field(default_factory=dict)  # same shape, values in tokens
     tpot_mean_estimate_seconds: float | None = None
 
 
@@ -110,6 +112,7 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
         stats = _latency(cells, metric)
         if stats is not None:
             latencies[metric] = stats
+    lengths = {m: st for m in LENGTH_METRICS if (st := _latency(cells, m)) is not None}
     tpot_mean = None
     if "tpot" not in latencies:
         itl = _latency(cells, "itl")
@@ -144,6 +147,7 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
         requests_running=_gauge(cells, "requests_running", combine_max=False),
         requests_waiting=_gauge(cells, "requests_waiting", combine_max=False),
         latencies=latencies,
+        lengths=lengths,
         tpot_mean_estimate_seconds=tpot_mean,
     )
 

@@ -136,6 +136,15 @@ def _emit(fam: FamilyFactory, scope: str, labels: list[str], s: ServingStats) ->
         (conv.REQUESTS_WAITING, "Requests waiting (queue depth), last value.", s.requests_waiting),
     ):
         put(suffix, doc, _last(g))
+    for metric, length in s.lengths.items():
+        for q in length.quantiles:
+            put(
+                conv.LENGTH_SUFFIX[metric],
+                f"{metric} quantile over the window (tokens per request)",
+                q.value,
+                [conv.LABEL_QUANTILE],
+                [conv.quantile_label(q.quantile)],
+            )
     for metric, lat in s.latencies.items():
         doc = f"{metric} quantile over the window by histogram interpolation" + (
             f" (estimated from {lat.source})" if lat.estimated else ""

@@ -58,6 +58,7 @@ class Serving(BaseModel):
     requests_running: Gauge | None
     requests_waiting: Gauge | None
     latencies: dict[str, Latency]
+    lengths_tokens: dict[str, Latency]
     tpot_mean_estimate_seconds: float | None
 
 
@@ -155,6 +156,7 @@ def serving_out(s: ServingStats) -> Serving:
         requests_running=gauge_out(s.requests_running),
         requests_waiting=gauge_out(s.requests_waiting),
         latencies={k: latency_out(v) for k, v in s.latencies.items()},
+        lengths_tokens={k: latency_out(v) for k, v in s.lengths.items()},
         tpot_mean_estimate_seconds=s.tpot_mean_estimate_seconds,
     )
 

@@ -318,13 +318,16 @@ def render(version: str, model: str, m: EngineMetrics, block_size: int = 16, num
     counter("prompt_tokens", m.prompt_tokens)
     counter("generation_tokens", m.generation_tokens)
     head("request_success_total", "counter", "request_success")
+    finished = dict(m.finished)
+    if "error" not in FINISH_REASONS[version]:  # before 0.16 vLLM had no "error" reason: failures were aborts
+        finished["abort"] = finished.get("abort", 0) + finished.pop("error", 0)
     for reason in FINISH_REASONS[version]:
         lbl = (
             f'{labels},finished_reason="{reason}"'
             if v0
             else f'engine="0",finished_reason="{reason}",model_name="{model}"'
         )
-        out.append(f"vllm:request_success_total{{{lbl}}} {_num(m.finished.get(reason, 0))}")
+        out.append(f"vllm:request_success_total{{{lbl}}} {_num(finished.get(reason, 0))}")
     if created:
         out.append(f"# HELP vllm:request_success_created {HELP['request_success']}")
         out.append("# TYPE vllm:request_success_created gauge")
