@@ -32,7 +32,7 @@ def stats(
     deployment: str | None = None,
 ) -> ServingStats:
     """Collector stats over [start, end) seconds of the scenario, for one replica or deployment."""
-    run, store, t0 = run_store
+    _run, store, t0 = run_store
     cells = [
         c
         for c in store.read_window(int(t0 + start), int(t0 + end), target=target)

@@ -1,0 +1,149 @@
+"""Real-time mode: replicas as real HTTP servers, an OpenAI client, OTLP spans, the demo."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from collector.demo import run_demo
+from collector.sim.scenario import load_scenario, parse_scenario
+from collector.sim.server import Simulation
+from collector.sim.spans import SpanEmitter
+from collector.sources.vllm import read_scrape
+
+HEALTHY = Path(__file__).resolve().parents[2] / "collector" / "data" / "scenario-healthy.yaml"
+
+
+class OtlpReceiver:
+    """A minimal OTLP/HTTP trace receiver: decodes ExportTraceServiceRequest protobuf bodies."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict[str, object]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                req = ExportTraceServiceRequest()
+                req.ParseFromString(body)
+                for rs in req.resource_spans:
+                    for ss in rs.scope_spans:
+                        for span in ss.spans:
+                            attrs = {a.key: a.value for a in span.attributes}
+                            receiver.spans.append({"name": span.name, "attrs": attrs,
+                                                   "start": span.start_time_unix_nano,
+                                                   "end": span.end_time_unix_nano})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    r = OtlpReceiver()
+    yield r
+    r.server.shutdown()
+
+
+def test_replicas_serve_metrics_and_an_openai_api_with_simulated_timing(receiver: OtlpReceiver) -> None:
+    async def run() -> None:
+        emitter = SpanEmitter(receiver.endpoint)
+        sim = Simulation(load_scenario("healthy"), builtin_workload=False, emitter=emitter)
+        await sim.start()
+        try:
+            async with httpx.AsyncClient(timeout=30) as client:
+                models = (await client.get(sim.url("chat-0", "/v1/models"))).json()
+                model = models["data"][0]["id"]
+                assert model == "meta-llama/Llama-3.1-8B-Instruct"
+                t0 = time.monotonic()
+                resp = await client.post(sim.url("chat-0", "/v1/chat/completions"), json={
+                    "model": model, "messages": [{"role": "user", "content": "hello " * 50}], "max_tokens": 30,
+                    "ignore_eos": True})
+                elapsed = time.monotonic() - t0
+                body = resp.json()
+                assert resp.status_code == 200 and body["usage"]["completion_tokens"] == 30
+                # 29 decode steps of >= 15 ms each on the chat deployment
+                assert elapsed >= 29 * 0.015 * 0.9
+                chunks, first = [], None
+                t0 = time.monotonic()
+                async with client.stream("POST", sim.url("chat-0", "/v1/completions"), json={
+                        "prompt": "stream this", "max_tokens": 12, "stream": True, "ignore_eos": True}) as stream:
+                    async for line in stream.aiter_lines():
+                        if line.startswith("data: ") and line != "data: [DONE]":
+                            first = first or time.monotonic() - t0
+                            chunks.append(json.loads(line[6:]))
+                assert len(chunks) == 12 and chunks[-1]["choices"][0]["finish_reason"] == "length"
+                bad = await client.post(sim.url("chat-0", "/v1/completions"), json={"prompt": "x", "max_tokens": 99999})
+                assert bad.status_code == 400
+                text = (await client.get(sim.url("chat-0"))).text
+            snap = read_scrape(text)
+            success = sum(v for k, v in snap.counters.items() if k.metric == "request_success")
+            assert success == 2  # the two requests this test sent; the 400 never reached the engine
+        finally:
+            await sim.stop()
+            emitter.shutdown()
+
+    asyncio.run(run())
+    names = sorted(s["name"] for s in receiver.spans)
+    assert names == ["chat meta-llama/Llama-3.1-8B-Instruct", "chat meta-llama/Llama-3.1-8B-Instruct"]
+    attrs = receiver.spans[0]["attrs"]
+    assert attrs["gen_ai.usage.input_tokens"].int_value > 0  # type: ignore[index, union-attr]
+    assert attrs["gen_ai.response.time_to_first_chunk"].double_value > 0  # type: ignore[index, union-attr]
+    assert attrs["llmslo.business_type"].string_value == "chat"  # type: ignore[index, union-attr]
+
+
+def test_a_down_replica_refuses_connections_and_comes_back() -> None:
+    text = HEALTHY.read_text() + "incidents:\n  - {kind: replica_down, start: 1s, duration: 2s, target: code-0}\n"
+    scenario = parse_scenario(text)
+
+    async def run() -> list[str]:
+        sim = Simulation(scenario, builtin_workload=False)
+        await sim.start()
+        seen = []
+        try:
+            url = sim.url("code-0")
+            async with httpx.AsyncClient(timeout=2) as client:
+                for _ in range(40):
+                    try:
+                        seen.append(str((await client.get(url)).status_code))
+                    except httpx.ConnectError:
+                        seen.append("refused")
+                    await asyncio.sleep(0.1)
+        finally:
+            await sim.stop()
+        return seen
+
+    seen = asyncio.run(run())
+    assert seen[0] == "200" and "refused" in seen and seen[-1] == "200"
+
+
+def test_demo_runs_the_simulator_and_the_collector_together(tmp_path: Path) -> None:
+    scenario = load_scenario("healthy")
+    report = asyncio.run(run_demo(scenario, port=0, data_dir=str(tmp_path), duration=14, live=False))
+    assert report is not None
+    types = {b.business_type: b.stats for b in report.business_types}
+    assert set(types) == {"chat", "code_completion", "batch"}
+    assert types["chat"].requests and types["chat"].latencies["ttft"].count > 0
