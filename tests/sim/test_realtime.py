@@ -32,7 +32,7 @@ class OtlpReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
@@ -42,15 +42,20 @@ class OtlpReceiver:
                     for ss in rs.scope_spans:
                         for span in ss.spans:
                             attrs = {a.key: a.value for a in span.attributes}
-                            receiver.spans.append({"name": span.name, "attrs": attrs,
-                                                   "start": span.start_time_unix_nano,
-                                                   "end": span.end_time_unix_nano})
+                            receiver.spans.append(
+                                {
+                                    "name": span.name,
+                                    "attrs": attrs,
+                                    "start": span.start_time_unix_nano,
+                                    "end": span.end_time_unix_nano,
+                                }
+                            )
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:
                 return
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -79,9 +84,15 @@ def test_replicas_serve_metrics_and_an_openai_api_with_simulated_timing(receiver
                 model = models["data"][0]["id"]
                 assert model == "meta-llama/Llama-3.1-8B-Instruct"
                 t0 = time.monotonic()
-                resp = await client.post(sim.url("chat-0", "/v1/chat/completions"), json={
-                    "model": model, "messages": [{"role": "user", "content": "hello " * 50}], "max_tokens": 30,
-                    "ignore_eos": True})
+                resp = await client.post(
+                    sim.url("chat-0", "/v1/chat/completions"),
+                    json={
+                        "model": model,
+                        "messages": [{"role": "user", "content": "hello " * 50}],
+                        "max_tokens": 30,
+                        "ignore_eos": True,
+                    },
+                )
                 elapsed = time.monotonic() - t0
                 body = resp.json()
                 assert resp.status_code == 200 and body["usage"]["completion_tokens"] == 30
@@ -89,14 +100,19 @@ def test_replicas_serve_metrics_and_an_openai_api_with_simulated_timing(receiver
                 assert elapsed >= 29 * 0.015 * 0.9
                 chunks, first = [], None
                 t0 = time.monotonic()
-                async with client.stream("POST", sim.url("chat-0", "/v1/completions"), json={
-                        "prompt": "stream this", "max_tokens": 12, "stream": True, "ignore_eos": True}) as stream:
+                async with client.stream(
+                    "POST",
+                    sim.url("chat-0", "/v1/completions"),
+                    json={"prompt": "stream this", "max_tokens": 12, "stream": True, "ignore_eos": True},
+                ) as stream:
                     async for line in stream.aiter_lines():
                         if line.startswith("data: ") and line != "data: [DONE]":
                             first = first or time.monotonic() - t0
                             chunks.append(json.loads(line[6:]))
                 assert len(chunks) == 12 and chunks[-1]["choices"][0]["finish_reason"] == "length"
-                bad = await client.post(sim.url("chat-0", "/v1/completions"), json={"prompt": "x", "max_tokens": 99999})
+                bad = await client.post(
+                    sim.url("chat-0", "/v1/completions"), json={"prompt": "x", "max_tokens": 99999}
+                )
                 assert bad.status_code == 400
                 text = (await client.get(sim.url("chat-0"))).text
             snap = read_scrape(text)
@@ -116,7 +132,10 @@ def test_replicas_serve_metrics_and_an_openai_api_with_simulated_timing(receiver
 
 
 def test_a_down_replica_refuses_connections_and_comes_back() -> None:
-    text = HEALTHY.read_text() + "incidents:\n  - {kind: replica_down, start: 1s, duration: 2s, target: code-0}\n"
+    text = (
+        HEALTHY.read_text()
+        + "incidents:\n  - {kind: replica_down, start: 1s, duration: 2s, target: code-0}\n"
+    )
     scenario = parse_scenario(text)
 
     async def run() -> list[str]:
