@@ -8,95 +8,19 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from collector.sources import vllm_buckets as buckets
+
 VERSIONS = ("current", "0.10", "0.6")
 
-TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-ITL_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-REQUEST_LATENCY_BUCKETS = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
-ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
-# V0 (0.6) defaults, before the 0.8 extension
-V0_TTFT = TTFT_BUCKETS[:16]
-V0_ITL = ITL_BUCKETS[:13]
-V0_REQUEST_LATENCY = REQUEST_LATENCY_BUCKETS[:15]
-
-
-def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
-    """vLLM's 1-2-5 series capped at max_model_len."""
-    out: list[float] = []
-    mantissa, exponent = (1, 2, 5), 0
-    while True:
-        for m in mantissa:
-            value = m * 10**exponent
-            if value > max_model_len:
-                return tuple(out)
-            out.append(float(value))
-        exponent += 1
+TTFT_BUCKETS = buckets.TTFT
+ITL_BUCKETS = buckets.INTER_TOKEN_LATENCY
+REQUEST_LATENCY_BUCKETS = buckets.REQUEST_LATENCY
+ITERATION_TOKENS_BUCKETS = buckets.ITERATION_TOKENS
+PARAMS_N_BUCKETS = buckets.PARAMS_N
+V0_TTFT = buckets.V0_TTFT
+V0_ITL = buckets.V0_INTER_TOKEN_LATENCY
+V0_REQUEST_LATENCY = buckets.V0_REQUEST_LATENCY
+request_token_buckets = buckets.request_token_buckets
 
 
 @dataclass(slots=True)

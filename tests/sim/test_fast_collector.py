@@ -110,7 +110,7 @@ def test_overload_multiplies_the_request_rate_and_builds_a_queue(incident_run) -
 
 def test_prefix_cache_collapse_lowers_hits_raises_ttft_and_keeps_output_lengths(incident_run) -> None:  # type: ignore[no-untyped-def]
     before, during = (
-        stats(incident_run, 2400, 3000, deployment="chat"),
+        stats(incident_run, 2700, 3000, deployment="chat"),  # after the overload backlog drained
         stats(incident_run, 3060, 3600, deployment="chat"),
     )
     assert before.prefix_cache_hit_ratio is not None and before.prefix_cache_hit_ratio > 0.3

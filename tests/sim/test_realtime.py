@@ -164,5 +164,5 @@ def test_demo_runs_the_simulator_and_the_collector_together(tmp_path: Path) -> N
     report = asyncio.run(run_demo(scenario, port=0, data_dir=str(tmp_path), duration=14, live=False))
     assert report is not None
     types = {b.business_type: b.stats for b in report.business_types}
-    assert set(types) == {"chat", "code_completion", "batch"}
+    assert set(types) == {"chat", "customer_service", "code_completion", "batch"}
     assert types["chat"].requests and types["chat"].latencies["ttft"].count > 0

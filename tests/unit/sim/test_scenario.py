@@ -45,9 +45,9 @@ def test_cross_checks_name_their_keys() -> None:
     with pytest.raises(ScenarioError) as info:
         parse_scenario(text, "s.yaml")
     problems = "\n".join(info.value.problems)
-    assert "deployments[1].business_types[0]: unknown business type 'code_complete'" in problems
+    assert "deployments[2].business_types[0]: unknown business type 'code_complete'" in problems
     assert "business_types.code_completion: no deployment serves it" in problems
-    assert "deployments[2]: the KV cache holds 0 tokens" in problems
+    assert "deployments[3]: the KV cache holds 0 tokens" in problems
     assert "incidents[0].target: 'chat-7' is not a deployment or replica" in problems
     assert "incidents[1]: overload needs a factor other than 1" in problems
 
