@@ -37,6 +37,14 @@ class SeriesCell:
     cell: Cell
 
 
+class Row(NamedTuple):
+    """One stored cell (a minute or, after compaction, an hour) of one series."""
+
+    start_unix: int
+    period_seconds: int
+    cell: SeriesCell
+
+
 @dataclass(slots=True)
 class Cumulative:
     """The last cumulative value seen for a series (what the next delta is taken against)."""

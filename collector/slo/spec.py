@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from collector.config import Duration
@@ -196,8 +197,9 @@ def load_rules(path: str | Path) -> Loaded:
         raise RulesError([f"{root}: no rules files (*.yaml) found"])
     problems: list[str] = []
     warnings: list[str] = []
-    merged: list[tuple[str, RulesIn, object]] = []
+    merged: list[tuple[str, RulesIn, yaml.Node | None]] = []
     for file in files:
+        node: yaml.Node | None = None
         try:
             text = file.read_text(encoding="utf-8")
             data, node = parse_yaml_mapping(text, str(file))
@@ -210,8 +212,8 @@ def load_rules(path: str | Path) -> Loaded:
             problems.extend(describe_errors(exc, str(file), node))
     if problems:
         raise RulesError(problems)
-    for source, spec, node in merged:
-        p, w = _check(spec, source, node)
+    for source, spec, tree in merged:
+        p, w = _check(spec, source, tree)
         problems.extend(p)
         warnings.extend(w)
     seen: dict[str, str] = {}
@@ -278,12 +280,12 @@ def _resolve(spec: RulesIn, business: tuple[BusinessType, ...]) -> SloRules:
     )
 
 
-def _check(spec: RulesIn, source: str, node: object) -> tuple[list[str], list[str]]:
+def _check(spec: RulesIn, source: str, node: yaml.Node | None) -> tuple[list[str], list[str]]:
     problems: list[str] = []
     warnings: list[str] = []
 
     def at(*loc: str | int) -> str:
-        return f"{source}:{line_of(node, loc) or '?'}"  # type: ignore[arg-type]
+        return f"{source}:{line_of(node, loc) or '?'}"
 
     names = list(spec.business_types)
     for i, a in enumerate(names):
@@ -292,8 +294,9 @@ def _check(spec: RulesIn, source: str, node: object) -> tuple[list[str], list[st
                 for pb in spec.business_types[b].models:
                     if pa == pb or re.fullmatch(pa, pb) or re.fullmatch(pb, pa):
                         problems.append(
-                            f"{at('business_types', b, 'models')}: business_types.{b}.models: {pb!r} overlaps "
-                            f"{pa!r} of business type {a!r}; a model must belong to one business type"
+                            f"{at('business_types', b, 'models')}: business_types.{b}.models: {pb!r} "
+                            f"overlaps {pa!r} of business type {a!r}; "
+                            "a model must belong to one business type"
                         )
     for bt_name, bt in spec.business_types.items():
         seen: set[str] = set()
@@ -313,10 +316,11 @@ def _check(spec: RulesIn, source: str, node: object) -> tuple[list[str], list[st
                     upper = min((b for b in bounds if b > o.threshold), default=float("inf"))
                     warnings.append(
                         f"{where}: {key}: threshold {o.threshold:g}s is not a bucket bound of {family} "
-                        f"(nearest bounds {lower:g}s and {upper:g}s). From vLLM's histogram the share under it "
-                        f"is interpolated inside ({lower:g}, {upper:g}], not measured. Only traces measure it "
-                        f"exactly: set `source: traces` (gateway spans), or use llmslo's own good/total "
-                        f"counters, or start vLLM with --custom-histogram-buckets including {o.threshold:g}."
+                        f"(nearest bounds {lower:g}s and {upper:g}s). From vLLM's histogram the share under "
+                        f"it is interpolated inside ({lower:g}, {upper:g}], not measured. Only traces "
+                        f"measure it exactly: set `source: traces` (gateway spans), or use llmslo's own "
+                        f"good/total counters, or start vLLM with --custom-histogram-buckets including "
+                        f"{o.threshold:g}."
                     )
             elif o.sli == "throughput" and o.min_tokens_per_second is None:
                 problems.append(f"{where}: {key}: a throughput SLI needs `min_tokens_per_second`")

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, create_engine, delete, event, insert, select, update
+from sqlalchemy import Connection, Engine, create_engine, delete, event, insert, select, update
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import make_url
@@ -25,6 +25,7 @@ from collector.rollup import (
     Cell,
     Cumulative,
     DeltaTracker,
+    Row,
     ScrapeDeltas,
     SeriesCell,
     SeriesIdent,
@@ -215,17 +216,36 @@ class Store:
     def read_window(
         self, start_unix: int, end_unix: int, target: str | None = None, model: str | None = None
     ) -> list[SeriesCell]:
-        """Merge every cell with start in [start_unix, end_unix) per series.
+        """Merge every cell lying wholly inside [start_unix, end_unix) per series.
 
-        Hour cells are included when they lie wholly inside the window (after compaction the
+        Hour cells count only when the whole hour is inside the window (after compaction the
         minutes they came from are gone, so nothing is counted twice).
         """
-        cond = [
-            rollups.c.start_unix >= start_unix,
-            rollups.c.start_unix < end_unix,
-            (rollups.c.period_seconds == MINUTE_SECONDS)
-            | and_(rollups.c.period_seconds == HOUR_SECONDS, rollups.c.start_unix + HOUR_SECONDS <= end_unix),
-        ]
+        merged: dict[tuple[str, SeriesIdent], SeriesCell] = {}
+        for row in self.read_rows(start_unix, end_unix, target=target, model=model):
+            if row.start_unix + row.period_seconds > end_unix and row.period_seconds != MINUTE_SECONDS:
+                continue
+            key = (row.cell.target, row.cell.ident)
+            have = merged.get(key)
+            if have is None:
+                merged[key] = SeriesCell(row.cell.target, row.cell.ident, row.cell.unit, row.cell.cell)
+            else:
+                have.cell.merge(row.cell.cell)
+        return list(merged.values())
+
+    def read_rows(
+        self,
+        start_unix: int,
+        end_unix: int,
+        metrics: Iterable[str] | None = None,
+        target: str | None = None,
+        model: str | None = None,
+    ) -> list[Row]:
+        """Every stored cell with start in [start_unix, end_unix), unmerged (for evaluators that
+        need several windows, or time slices, from one read)."""
+        cond = [rollups.c.start_unix >= start_unix, rollups.c.start_unix < end_unix]
+        if metrics is not None:
+            cond.append(series.c.metric.in_(sorted(set(metrics))))
         if target is not None:
             cond.append(targets.c.name == target)
         if model is not None:
@@ -247,20 +267,18 @@ class Store:
                 )
             )
             .where(*cond)
-            .order_by(rollups.c.series_id, rollups.c.start_unix)
         )
-        out: dict[int, SeriesCell] = {}
+        idents: dict[int, SeriesIdent] = {}
+        out: list[Row] = []
         with self.engine.connect() as conn:
             for row in conn.execute(query):
                 sid = int(row.series_id)
-                ident = _ident_from_row(row)
-                cell = _cell_from_row(row, ident.kind)
-                have = out.get(sid)
-                if have is None:
-                    out[sid] = SeriesCell(row.target_name, ident, row.unit, cell)
-                else:
-                    have.cell.merge(cell)
-        return list(out.values())
+                ident = idents.get(sid)
+                if ident is None:
+                    ident = idents[sid] = _ident_from_row(row)
+                cell = SeriesCell(row.target_name, ident, row.unit, _cell_from_row(row, ident.kind))
+                out.append(Row(int(row.start_unix), int(row.period_seconds), cell))
+        return out
 
     def target_names(self) -> list[str]:
         with self.engine.connect() as conn:

@@ -1,0 +1,267 @@
+"""SLO evaluation: SLIs from minute rollups, error budgets and multi-window burn rates.
+
+Pure functions of the rows a window holds and an explicit `now`. Every SLI is a count of good
+and total events summed over its window (never a mean of per-minute ratios, which turns NaN
+after one idle minute); a window without events is "no data", never good and never bad.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from collector.analytics.percentiles import fraction_at_or_below
+from collector.rollup import MINUTE_SECONDS, Row, period_start
+from collector.slo.spec import BusinessType, Objective, SloRules
+from collector.slo.windows import BurnPair
+from collector.sources.vllm import Kind
+
+ERROR_REASONS = frozenset({"abort", "error"})
+NEEDS_TRACES = "needs trace ingestion (gateway spans)"
+NEEDS_COSTS = "needs the cost model"
+
+
+@dataclass(frozen=True, slots=True)
+class Events:
+    good: float
+    total: float
+    exact: bool = True  # False when a latency threshold fell between bucket bounds
+
+    @property
+    def bad(self) -> float:
+        return self.total - self.good
+
+    def plus(self, other: Events) -> Events:
+        return Events(self.good + other.good, self.total + other.total, self.exact and other.exact)
+
+
+NO_EVENTS = Events(0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSli:
+    seconds: float
+    events: Events
+
+    @property
+    def sli(self) -> float | None:
+        return self.events.good / self.events.total if self.events.total > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class PairState:
+    pair: BurnPair
+    long: WindowSli
+    short: WindowSli
+    long_burn: float | None
+    short_burn: float | None
+    firing: bool
+    reason: str  # why it does or does not fire, for the API
+
+
+@dataclass(frozen=True, slots=True)
+class SloStatus:
+    objective: Objective
+    now_unix: float
+    windows: dict[float, WindowSli]
+    period: WindowSli
+    budget_remaining: float | None  # 1 = untouched, 0 = spent, < 0 = overspent; None = no data
+    pairs: tuple[PairState, ...]
+    no_data_reason: str = ""
+    exact: bool = True
+
+    def burn_rate(self, seconds: float) -> float | None:
+        return burn(self.windows[seconds].events, self.objective)
+
+
+def burn(events: Events, objective: Objective) -> float | None:
+    """Error rate / error budget: 1 = burning exactly the budget."""
+    if events.total <= 0:
+        return None
+    return (events.bad / events.total) / objective.error_budget
+
+
+def period_bounds(rules: SloRules, now_unix: float) -> tuple[int, int]:
+    end = period_start(now_unix) + MINUTE_SECONDS
+    if rules.calendar == "month":
+        now = datetime.fromtimestamp(now_unix, UTC)
+        return int(datetime(now.year, now.month, 1, tzinfo=UTC).timestamp()), end
+    return end - int(rules.period_seconds), end
+
+
+def windows_needed(rules: SloRules) -> list[float]:
+    return sorted({s for p in rules.pairs for s in (p.long_seconds, p.short_seconds)})
+
+
+def evaluate(rules: SloRules, rows: Sequence[Row], now_unix: float) -> list[SloStatus]:
+    """Evaluate every objective of `rules` on the stored rows (which must cover the period)."""
+    end = period_start(now_unix) + MINUTE_SECONDS
+    period_start_unix, _ = period_bounds(rules, now_unix)
+    windows = windows_needed(rules)
+    out: list[SloStatus] = []
+    for bt in rules.business_types:
+        mine = [r for r in rows if bt.matches(r.cell.ident.key.model)]
+        for objective in bt.objectives:
+            out.append(
+                _evaluate_objective(rules, bt, objective, mine, windows, end, period_start_unix, now_unix)
+            )
+    return out
+
+
+def _evaluate_objective(
+    rules: SloRules,
+    bt: BusinessType,
+    o: Objective,
+    rows: list[Row],
+    windows: list[float],
+    end: int,
+    period_start_unix: int,
+    now_unix: float,
+) -> SloStatus:
+    reason = ""
+    if o.sli == "goodput" or (o.sli == "latency" and o.source == "traces"):
+        reason = NEEDS_TRACES
+    elif o.sli == "cost_ceiling":
+        reason = NEEDS_COSTS
+    per_window: dict[float, WindowSli] = {}
+    for w in windows:
+        start = end - int(w)
+        per_window[w] = WindowSli(
+            w, NO_EVENTS if reason else events_for(o, [r for r in rows if _inside(r, start, end)], start, end)
+        )
+    period = WindowSli(
+        end - period_start_unix,
+        NO_EVENTS
+        if reason
+        else events_for(o, [r for r in rows if _inside(r, period_start_unix, end)], period_start_unix, end),
+    )
+    remaining = None
+    if period.events.total > 0:
+        remaining = 1.0 - (period.events.bad / period.events.total) / o.error_budget
+    pairs = tuple(_pair_state(rules, o, p, per_window) for p in rules.pairs)
+    exact = all(w.events.exact for w in per_window.values()) and period.events.exact
+    return SloStatus(o, now_unix, per_window, period, remaining, pairs, reason, exact)
+
+
+def _inside(row: Row, start: int, end: int) -> bool:
+    """Whether a stored cell lies wholly inside [start, end) (hour cells too)."""
+    return start <= row.start_unix and row.start_unix + row.period_seconds <= end
+
+
+def _pair_state(
+    rules: SloRules, o: Objective, pair: BurnPair, per_window: dict[float, WindowSli]
+) -> PairState:
+    long, short = per_window[pair.long_seconds], per_window[pair.short_seconds]
+    lb, sb = burn(long.events, o), burn(short.events, o)
+    if lb is None or sb is None:
+        return PairState(pair, long, short, lb, sb, False, "no data")
+    if long.events.total < rules.min_events:
+        return PairState(
+            pair,
+            long,
+            short,
+            lb,
+            sb,
+            False,
+            f"low traffic: {long.events.total:.0f} events < min_events {rules.min_events}",
+        )
+    firing = lb > pair.factor and sb > pair.factor
+    return PairState(
+        pair,
+        long,
+        short,
+        lb,
+        sb,
+        firing,
+        f"burn {lb:.2f}x over long and {sb:.2f}x over short vs {pair.factor:g}x",
+    )
+
+
+def events_for(o: Objective, rows: Iterable[Row], start: int, end: int) -> Events:
+    """Good and total events of one objective over the rows of one window."""
+    rows = list(rows)
+    if o.sli == "latency":
+        return _latency_events(o, rows)
+    if o.sli == "error_ratio":
+        total = bad = 0.0
+        for r in rows:
+            key = r.cell.ident.key
+            if key.metric == "request_success" and r.cell.ident.kind is Kind.COUNTER:
+                total += r.cell.cell.value
+                if dict(key.labels).get("finished_reason") in ERROR_REASONS:
+                    bad += r.cell.cell.value
+        return Events(total - bad, total)
+    if o.sli == "throughput":
+        return _throughput_events(o, rows, start, end)
+    return NO_EVENTS
+
+
+def _latency_events(o: Objective, rows: list[Row]) -> Events:
+    assert o.threshold_seconds is not None and o.metric is not None
+    by_layout: dict[tuple[float, ...], list[float]] = {}
+    for r in rows:
+        ident = r.cell.ident
+        if ident.key.metric != o.metric or ident.kind is not Kind.HISTOGRAM or r.cell.cell.buckets is None:
+            continue
+        have = by_layout.get(ident.bounds)
+        buckets = r.cell.cell.buckets
+        by_layout[ident.bounds] = (
+            list(buckets) if have is None else [a + b for a, b in zip(have, buckets, strict=True)]
+        )
+    events = NO_EVENTS
+    for bounds, cumulative in by_layout.items():
+        share = fraction_at_or_below(o.threshold_seconds, bounds, cumulative)
+        if share is None:
+            continue
+        fraction, exact = share
+        total = cumulative[-1]
+        events = events.plus(Events(fraction * total, total, exact))
+    return events
+
+
+def _throughput_events(o: Objective, rows: list[Row], start: int, end: int) -> Events:
+    """Time slices: a slice with traffic is good when it generated at least the minimum rate."""
+    assert o.min_tokens_per_second is not None
+    size = int(o.slice_seconds)
+    tokens: dict[int, float] = defaultdict(float)
+    requests: dict[int, float] = defaultdict(float)
+    for r in rows:
+        key = r.cell.ident.key
+        index = (r.start_unix - start) // size
+        if key.metric == "generation_tokens":
+            tokens[index] += r.cell.cell.value
+        elif key.metric == "request_success":
+            requests[index] += r.cell.cell.value
+    complete = (end - start) // size
+    good = total = 0.0
+    for index, count in requests.items():
+        if count <= 0 or index >= complete:
+            continue  # no traffic is no data; the slice still running is not judged yet
+        total += 1
+        if tokens[index] / size >= o.min_tokens_per_second:
+            good += 1
+    return Events(good, total)
+
+
+@dataclass
+class Firing:
+    """The alert instances the statuses call for: (slo, severity, long, short) -> status, pair."""
+
+    instances: dict[tuple[str, str, float, float], tuple[SloStatus, PairState]] = field(default_factory=dict)
+
+
+def firing_instances(statuses: Iterable[SloStatus]) -> Firing:
+    out = Firing()
+    for st in statuses:
+        for ps in st.pairs:
+            if ps.firing:
+                key = (st.objective.slo, ps.pair.severity, ps.pair.long_seconds, ps.pair.short_seconds)
+                out.instances[key] = (st, ps)
+    return out
+
+
+def finite(x: float | None) -> float | None:
+    return None if x is None or math.isnan(x) or math.isinf(x) else x
