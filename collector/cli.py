@@ -38,6 +38,28 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    """Validate SLO rules: every problem with file, line and key path; warnings for thresholds
+    that only traces can measure exactly."""
+    from collector.slo.spec import RulesError, load_rules
+
+    try:
+        loaded = load_rules(args.rules)
+    except RulesError as exc:
+        print(f"{len(exc.problems)} problem(s) in {args.rules}:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  error: {problem}", file=sys.stderr)
+        for warning in exc.warnings:
+            print(f"  warning: {warning}", file=sys.stderr)
+        return 2
+    for warning in loaded.warnings:
+        print(f"warning: {warning}")
+    rules = loaded.rules
+    counts = f"{len(rules.business_types)} business type(s), {len(rules.objectives)} objective(s)"
+    print(f"{args.rules}: OK: {counts}, {len(loaded.warnings)} warning(s)")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -49,6 +71,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"config: {problem}", file=sys.stderr)
         return 2
+    if args.rules:
+        settings = settings.model_copy(update={"rules": args.rules})
+    if settings.rules:
+        from collector.slo.spec import RulesError, load_rules
+
+        try:
+            loaded = load_rules(settings.rules)
+        except RulesError as exc:
+            for problem in exc.problems:
+                print(f"rules: {problem}", file=sys.stderr)
+            return 2
+        for warning in loaded.warnings:
+            print(f"rules warning: {warning}")
     server_cfg = settings.server.model_copy(
         update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     )
@@ -251,6 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_config(sub.add_parser("check-config", help="validate the configuration and print every problem"))
     p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser("check", help="validate SLO rules and print every problem")
+    p.add_argument("rules", nargs="?", default="rules")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("inspect", help="show what llmslo reads from a /metrics URL or file")
     p.add_argument("source")

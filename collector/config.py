@@ -99,6 +99,7 @@ class ServerConfig(_Strict):
 class Settings(_Strict):
     data_dir: str = "./data"
     database_url: str | None = None
+    rules: str | None = None  # SLO rules file or directory (rules/); None = no SLO evaluation
     server: ServerConfig = ServerConfig()
     scrape: ScrapeConfig = ScrapeConfig()
     retention: RetentionConfig = RetentionConfig()

@@ -89,3 +89,17 @@ QUANTILES: Final = (0.5, 0.9, 0.95, 0.99)
 def quantile_label(q: float) -> str:
     """Format a quantile for the `quantile` label without float noise ("0.95", never "0.950000001")."""
     return f"{q:.4f}".rstrip("0").rstrip(".")
+
+
+# --- SLOs -----------------------------------------------------------------------------------
+LABEL_SLO: Final = "slo"
+LABEL_SEVERITY: Final = "severity"
+LABEL_LONG_WINDOW: Final = "long_window"
+LABEL_SHORT_WINDOW: Final = "short_window"
+SLO_OBJECTIVE: Final = PREFIX + "slo_objective_ratio"
+SLO_SLI: Final = PREFIX + "slo_sli_ratio"
+SLO_BURN_RATE: Final = PREFIX + "slo_burn_rate"
+SLO_BUDGET_REMAINING: Final = PREFIX + "slo_error_budget_remaining_ratio"
+SLO_GOOD_EVENTS: Final = PREFIX + "slo_good_events_total"
+SLO_EVENTS: Final = PREFIX + "slo_events_total"
+SLO_ALERT_FIRING: Final = PREFIX + "slo_alert_firing"

@@ -19,11 +19,16 @@ import httpx
 from collector.analytics.serving import ServingReport, build_report
 from collector.config import Settings, TargetConfig
 from collector.rollup import MINUTE_SECONDS, period_start
+from collector.slo.alerts import AlertBook, deliver
+from collector.slo.evaluate import SloStatus, evaluate, period_bounds
+from collector.slo.spec import SloRules, load_rules
 from collector.sources.scrape import TargetScraper
 from collector.store.repository import Store
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
+# the logical engine metrics SLO evaluation reads
+SLO_METRICS = ("ttft", "tpot", "itl", "e2e", "queue", "request_success", "generation_tokens")
 
 
 def window_bounds(now_unix: float, window_seconds: float) -> tuple[int, int]:
@@ -52,12 +57,16 @@ class Runtime:
         }
         self.targets: dict[str, TargetConfig] = {t.name: t for t in settings.targets}
         self.snapshot = Snapshot()
+        self.rules: SloRules | None = load_rules(settings.rules).rules if settings.rules else None
+        self.alerts = AlertBook(self.store)
+        self.slo_statuses: list[SloStatus] = []
         self.started = False
         self.rng = random.Random()
         self.inflight: set[asyncio.Task[object]] = set()
 
     async def start(self) -> None:
         """Register every target and resume its state (one bad target does not stop the others)."""
+        await asyncio.to_thread(self.alerts.load)
         for scraper in self.scrapers.values():
             try:
                 await scraper.load()
@@ -95,8 +104,36 @@ class Runtime:
         self.store.close()
 
     def business_type_of(self, target: str, model: str) -> str | None:
+        """The SLO rules' model matchers decide first; the target configuration second."""
+        if self.rules is not None:
+            found = self.rules.business_type_of(model)
+            if found is not None:
+                return found
         cfg = self.targets.get(target)
         return cfg.business_type_of(model) if cfg is not None else None
+
+    def evaluate_slos(self, now_unix: float) -> list[SloStatus]:
+        """Evaluate every SLO on the stored rollups and advance the alert lifecycle (blocking)."""
+        if self.rules is None:
+            return []
+        start, end = period_bounds(self.rules, now_unix)
+        rows = self.store.read_rows(start, end, metrics=SLO_METRICS)
+        statuses = evaluate(self.rules, rows, now_unix)
+        self.alerts.apply(self.rules, statuses, now_unix)
+        self.slo_statuses = statuses
+        return statuses
+
+    async def deliver_alerts(self, now_unix: float) -> int:
+        if self.rules is None or not self.rules.alertmanager_url:
+            return 0
+        return await deliver(
+            self.alerts,
+            self.client,
+            self.rules.alertmanager_url,
+            now_unix,
+            self.rules.resend_interval_seconds,
+            self.rules.alertmanager_timeout_seconds,
+        )
 
     def report(
         self,

@@ -35,6 +35,14 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
         id="derive",
         next_run_time=now + timedelta(seconds=1),
     )
+    if runtime.rules is not None:
+        scheduler.add_job(
+            runtime.tracked(_evaluate),
+            IntervalTrigger(seconds=runtime.rules.evaluation_interval_seconds),
+            args=[runtime],
+            id="slo",
+            next_run_time=now + timedelta(seconds=5),
+        )
     scheduler.add_job(
         runtime.tracked(_compact),
         IntervalTrigger(seconds=runtime.settings.retention.compaction_interval),
@@ -50,6 +58,18 @@ async def _derive(runtime: Runtime) -> None:
         await asyncio.to_thread(runtime.refresh_snapshot, runtime.now())
     except Exception:
         log.exception("refreshing derived metrics failed; the previous snapshot stays in place")
+
+
+async def _evaluate(runtime: Runtime) -> None:
+    """Evaluate SLOs, then deliver alerts; a failing Alertmanager never stops evaluation."""
+    try:
+        await asyncio.to_thread(runtime.evaluate_slos, runtime.now())
+    except Exception:
+        log.exception("SLO evaluation failed; it will run again")
+    try:
+        await runtime.deliver_alerts(runtime.now())
+    except Exception:
+        log.exception("alert delivery failed; alerts stay queued")
 
 
 async def _compact(runtime: Runtime) -> None:

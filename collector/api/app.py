@@ -13,7 +13,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from collector import __version__
 from collector.api.deps import RuntimeDep
 from collector.api.metrics import build_registry
-from collector.api.schemas import ServingResponse, TargetsResponse, report_out, target_out
+from collector.api.schemas import (
+    ServingResponse,
+    SlosResponse,
+    TargetsResponse,
+    alert_out,
+    report_out,
+    slo_out,
+    target_out,
+)
 from collector.config import Settings, format_duration, parse_duration
 from collector.runtime import Runtime
 from collector.scheduler import build_scheduler
@@ -93,5 +101,20 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             raise HTTPException(422, f"window: {window!r} is not a whole number of minutes")
         report = await asyncio.to_thread(rt.report, seconds, rt.now(), target, model, business_type)
         return report_out(format_duration(seconds), report)
+
+    @app.get("/api/v1/slos", response_model=SlosResponse, tags=["slo"])
+    async def slos(rt: RuntimeDep, business_type: str | None = None) -> SlosResponse:
+        statuses = [s for s in rt.slo_statuses if business_type in (None, s.objective.business_type)]
+        alerts = [
+            a
+            for a in rt.alerts.instances.values()
+            if a.state != "resolved" and business_type in (None, a.labels.get("business_type"))
+        ]
+        evaluated = statuses[0].now_unix if statuses else None
+        return SlosResponse(
+            evaluated_unix=evaluated,
+            slos=[slo_out(s) for s in statuses],
+            alerts=[alert_out(a) for a in alerts],
+        )
 
     return app

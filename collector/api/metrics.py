@@ -18,6 +18,7 @@ from collector import __version__
 from collector import conventions as conv
 from collector.analytics.serving import GaugeStats, ServingStats
 from collector.config import format_duration
+from collector.slo.evaluate import burn, cumulative_events
 
 if TYPE_CHECKING:
     from collector.runtime import Runtime
@@ -33,6 +34,64 @@ class LlmsloCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._self_metrics()
         yield from self._derived()
+        yield from self._slos()
+
+    def _slos(self) -> Iterator[Metric]:
+        rt = self.runtime
+        if rt.rules is None:
+            return
+        base = [conv.LABEL_SLO, conv.LABEL_BUSINESS_TYPE]
+        objective = GaugeMetricFamily(
+            conv.SLO_OBJECTIVE, "SLO objective: required share of good events.", labels=base
+        )
+        sli = GaugeMetricFamily(
+            conv.SLO_SLI,
+            "Share of good events over the window (no series = no data).",
+            labels=[*base, conv.LABEL_WINDOW],
+        )
+        burn_rate = GaugeMetricFamily(
+            conv.SLO_BURN_RATE,
+            "Error rate / error budget over the window.",
+            labels=[*base, conv.LABEL_WINDOW],
+        )
+        remaining = GaugeMetricFamily(
+            conv.SLO_BUDGET_REMAINING, "Error budget left in the SLO period (1 = all).", labels=base
+        )
+        good = CounterMetricFamily(
+            conv.SLO_GOOD_EVENTS, "Good events since each server started.", labels=base
+        )
+        total = CounterMetricFamily(conv.SLO_EVENTS, "Events since each server started.", labels=base)
+        firing = GaugeMetricFamily(
+            conv.SLO_ALERT_FIRING,
+            "1 while a burn-rate alert instance fires.",
+            labels=[*base, conv.LABEL_SEVERITY, conv.LABEL_LONG_WINDOW, conv.LABEL_SHORT_WINDOW],
+        )
+        states = [(ident, cum) for s in rt.scrapers.values() for ident, cum in s.tracker.state.items()]
+        for o in rt.rules.objectives:
+            labels = [o.slo, o.business_type]
+            objective.add_metric(labels, o.objective)
+            bt = next(b for b in rt.rules.business_types if b.name == o.business_type)
+            counted = cumulative_events(o, [(i, c) for i, c in states if bt.matches(i.key.model)])
+            if counted is not None:
+                good.add_metric(labels, counted.good)
+                total.add_metric(labels, counted.total)
+        for st in rt.slo_statuses:
+            labels = [st.objective.slo, st.objective.business_type]
+            for seconds, w in sorted(st.windows.items()):
+                if w.sli is not None:
+                    sli.add_metric([*labels, format_duration(seconds)], w.sli)
+                b = burn(w.events, st.objective)
+                if b is not None:
+                    burn_rate.add_metric([*labels, format_duration(seconds)], b)
+            if st.budget_remaining is not None:
+                remaining.add_metric(labels, st.budget_remaining)
+        for inst in rt.alerts.active():
+            lbl = inst.labels
+            firing.add_metric(
+                [lbl["slo"], lbl["business_type"], lbl["severity"], lbl["long_window"], lbl["short_window"]],
+                1.0 if inst.state == "firing" else 0.0,
+            )
+        yield from (objective, sli, burn_rate, remaining, good, total, firing)
 
     def _self_metrics(self) -> Iterator[Metric]:
         info = GaugeMetricFamily(conv.BUILD_INFO, "llmslo build information.", labels=["version"])

@@ -11,6 +11,10 @@ from pydantic import BaseModel
 
 from collector.analytics.percentiles import QuantileEstimate
 from collector.analytics.serving import GaugeStats, LatencyStats, ServingReport, ServingStats
+from collector.config import format_duration
+from collector.slo.alerts import AlertInstance
+from collector.slo.evaluate import SloStatus, WindowSli, burn
+from collector.slo.spec import Objective
 from collector.sources.scrape import TargetStatus
 
 
@@ -203,4 +207,108 @@ def target_out(
         consecutive_failures=st.consecutive_failures,
         next_scrape_not_before_unix=st.next_allowed_unix or None,
         models=list(st.models),
+    )
+
+
+class SloWindow(BaseModel):
+    window: str
+    good: float
+    total: float
+    sli: float | None
+    burn_rate: float | None
+
+
+class SloPair(BaseModel):
+    severity: str
+    long_window: str
+    short_window: str
+    factor: float
+    long_burn_rate: float | None
+    short_burn_rate: float | None
+    firing: bool
+    reason: str
+
+
+class Slo(BaseModel):
+    slo: str
+    business_type: str
+    sli: str
+    objective: float
+    metric: str | None
+    threshold_seconds: float | None
+    source: str
+    status: str  # ok | burning | no_data
+    no_data_reason: str
+    exact: bool
+    error_budget_remaining: float | None
+    period: SloWindow
+    windows: list[SloWindow]
+    pairs: list[SloPair]
+
+
+class Alert(BaseModel):
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    state: str
+    starts_at_unix: float | None
+    ends_at_unix: float | None
+    delivered_state: str | None
+    delivery_attempts: int
+
+
+class SlosResponse(BaseModel):
+    evaluated_unix: float | None
+    slos: list[Slo]
+    alerts: list[Alert]
+
+
+def slo_window_out(label: str, w: WindowSli, o: Objective) -> SloWindow:
+    return SloWindow(
+        window=label, good=w.events.good, total=w.events.total, sli=w.sli, burn_rate=burn(w.events, o)
+    )
+
+
+def slo_out(st: SloStatus) -> Slo:
+    o = st.objective
+    firing = any(p.firing for p in st.pairs)
+    no_data = st.period.events.total <= 0
+    return Slo(
+        slo=o.slo,
+        business_type=o.business_type,
+        sli=o.sli,
+        objective=o.objective,
+        metric=o.metric,
+        threshold_seconds=o.threshold_seconds,
+        source=o.source,
+        status="burning" if firing else ("no_data" if no_data else "ok"),
+        no_data_reason=st.no_data_reason or ("no events in the period" if no_data else ""),
+        exact=st.exact,
+        error_budget_remaining=st.budget_remaining,
+        period=slo_window_out(format_duration(st.period.seconds), st.period, o),
+        windows=[slo_window_out(format_duration(s), w, o) for s, w in sorted(st.windows.items())],
+        pairs=[
+            SloPair(
+                severity=p.pair.severity,
+                long_window=format_duration(p.pair.long_seconds),
+                short_window=format_duration(p.pair.short_seconds),
+                factor=p.pair.factor,
+                long_burn_rate=p.long_burn,
+                short_burn_rate=p.short_burn,
+                firing=p.firing,
+                reason=p.reason,
+            )
+            for p in st.pairs
+        ],
+    )
+
+
+def alert_out(a: AlertInstance) -> Alert:
+    return Alert(
+        labels=a.labels,
+        annotations=a.annotations,
+        state=a.state,
+        starts_at_unix=a.starts_at_unix,
+        ends_at_unix=a.ends_at_unix,
+        delivered_state=a.delivered_state,
+        delivery_attempts=a.attempts,
     )

@@ -149,7 +149,7 @@ class Store:
                 }
                 for ident, c in deltas.state.items()
             ]
-            _upsert(conn, series_state, state_rows, ["series_id"], ["value", "sum", "buckets"])
+            upsert(conn, series_state, state_rows, ["series_id"], ["value", "sum", "buckets"])
             conn.execute(update(targets).where(targets.c.id == target_id).values(baseline_unix=now_unix))
         series_ids.update(new_ids)
 
@@ -203,7 +203,7 @@ class Store:
             else:
                 have.merge(cell)
             rows.append(_cell_to_row(sid, period, start, have))
-        _upsert(
+        upsert(
             conn,
             rollups,
             rows,
@@ -336,7 +336,7 @@ def _chunks(items: list[int], size: int) -> Iterable[list[int]]:
         yield items[i : i + size]
 
 
-def _upsert(
+def upsert(
     conn: Connection, table: Any, rows: list[dict[str, Any]], keys: list[str], update_cols: list[str]
 ) -> None:
     if not rows:

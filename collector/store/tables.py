@@ -69,3 +69,21 @@ rollups = Table(
 )
 
 Index("ix_llmslo_rollups_window", rollups.c.period_seconds, rollups.c.start_unix)
+
+# Alert instances of the SLO evaluator (collector/slo/alerts.py): lifecycle and delivery state.
+alerts = Table(
+    "llmslo_alerts",
+    metadata,
+    Column("fingerprint", String(256), primary_key=True),
+    Column("labels", Text, nullable=False),
+    Column("annotations", Text, nullable=False),
+    Column("state", String(16), nullable=False),  # pending | firing | resolved
+    Column("active_since_unix", Float, nullable=False),
+    Column("starts_at_unix", Float, nullable=True),  # when it started firing
+    Column("ends_at_unix", Float, nullable=True),  # when it resolved
+    Column("updated_unix", Float, nullable=False),
+    Column("sent_unix", Float, nullable=True),  # last successful delivery of the current state
+    Column("delivered_state", String(16), nullable=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt_unix", Float, nullable=False, default=0.0),
+)

@@ -1,0 +1,240 @@
+"""Alert lifecycle (pending, firing, resolved), persisted, and delivery to Alertmanager API v2.
+
+Each burn-rate pair of each SLO is one alert instance. State lives in the database, so a
+restarted collector neither forgets a firing alert nor re-pages for it. Delivery is an outbox:
+every instance whose latest state Alertmanager has not acknowledged is (re)sent with backoff;
+firing alerts are also resent every `resend_interval` with an `endsAt` a few intervals ahead,
+so Alertmanager resolves them by itself if llmslo dies. Nothing is dropped while Alertmanager
+is unreachable, and evaluation never waits for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from sqlalchemy import select
+
+from collector.config import format_duration
+from collector.slo.evaluate import PairState, SloStatus
+from collector.slo.spec import SloRules
+from collector.store.repository import Store, upsert
+from collector.store.tables import alerts as alerts_table
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AlertInstance:
+    fingerprint: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    state: str
+    active_since_unix: float
+    starts_at_unix: float | None = None
+    ends_at_unix: float | None = None
+    updated_unix: float = 0.0
+    sent_unix: float | None = None
+    delivered_state: str | None = None
+    attempts: int = 0
+    next_attempt_unix: float = 0.0
+
+    def payload(self, resend_interval: float, now: float) -> dict[str, Any]:
+        """One alert of Alertmanager's API v2 `POST /api/v2/alerts` body."""
+        body: dict[str, Any] = {
+            "labels": self.labels,
+            "annotations": self.annotations,
+            "startsAt": _iso(self.starts_at_unix or now),
+        }
+        if self.state == "resolved":
+            body["endsAt"] = _iso(self.ends_at_unix or now)
+        else:
+            body["endsAt"] = _iso(now + 4 * resend_interval)
+        return body
+
+
+def _iso(unix: float) -> str:
+    return datetime.fromtimestamp(unix, UTC).isoformat().replace("+00:00", "Z")
+
+
+def pair_label(ps: PairState) -> tuple[str, str]:
+    return format_duration(ps.pair.long_seconds), format_duration(ps.pair.short_seconds)
+
+
+def alert_for(rules: SloRules, st: SloStatus, ps: PairState) -> tuple[str, dict[str, str], dict[str, str]]:
+    """Labels and annotations of one burn-rate alert instance (its identity is the labels)."""
+    o = st.objective
+    long_w, short_w = pair_label(ps)
+    labels = {
+        "alertname": o.alert_name,
+        "severity": ps.pair.severity,
+        "business_type": o.business_type,
+        "slo": o.slo,
+        "long_window": long_w,
+        "short_window": short_w,
+        "source": "llmslo",
+    }
+    budget = "no data" if st.budget_remaining is None else f"{st.budget_remaining:.1%}"
+    annotations = {
+        "summary": f"{o.business_type} {o.name} SLO is burning its error budget {ps.pair.factor:g}x too fast",
+        "description": (
+            f"{o.description or o.slo}: objective {o.objective:.2%}. Burn rate "
+            f"{ps.long_burn or 0:.1f}x over {long_w} and {ps.short_burn or 0:.1f}x over {short_w} "
+            f"(threshold {ps.pair.factor:g}x); error budget left this period: {budget}."
+            + (
+                " Tickets on long windows stay open after recovery until the long window clears."
+                if ps.pair.severity == "ticket"
+                else ""
+            )
+        ),
+        "runbook_url": rules.runbook(o.alert_name.lower()),
+        "dashboard_url": rules.dashboard(o.business_type),
+    }
+    fingerprint = json.dumps(sorted(labels.items()))
+    return fingerprint, labels, annotations
+
+
+@dataclass
+class AlertBook:
+    """The persisted alert instances and their transitions."""
+
+    store: Store
+    instances: dict[str, AlertInstance] = field(default_factory=dict)
+
+    def load(self) -> None:
+        with self.store.engine.connect() as conn:
+            for row in conn.execute(select(alerts_table)):
+                self.instances[row.fingerprint] = AlertInstance(
+                    row.fingerprint,
+                    json.loads(row.labels),
+                    json.loads(row.annotations),
+                    row.state,
+                    row.active_since_unix,
+                    row.starts_at_unix,
+                    row.ends_at_unix,
+                    row.updated_unix,
+                    row.sent_unix,
+                    row.delivered_state,
+                    row.attempts,
+                    row.next_attempt_unix,
+                )
+
+    def apply(
+        self, rules: SloRules, statuses: list[SloStatus], now: float, for_seconds: float = 0.0
+    ) -> list[AlertInstance]:
+        """Advance every instance to what the statuses say; persist; return the changed ones."""
+        wanted: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
+        for st in statuses:
+            for ps in st.pairs:
+                if ps.firing:
+                    fp, labels, annotations = alert_for(rules, st, ps)
+                    wanted[fp] = (labels, annotations)
+        changed: list[AlertInstance] = []
+        for fp, (labels, annotations) in wanted.items():
+            inst = self.instances.get(fp)
+            if inst is None or inst.state == "resolved":
+                inst = AlertInstance(fp, labels, annotations, "pending", now, updated_unix=now)
+                self.instances[fp] = inst
+                changed.append(inst)
+            inst.annotations = annotations
+            if inst.state == "pending" and now - inst.active_since_unix >= for_seconds:
+                inst.state, inst.starts_at_unix, inst.updated_unix = "firing", now, now
+                inst.attempts, inst.next_attempt_unix = 0, 0.0
+                if inst not in changed:
+                    changed.append(inst)
+        for fp, inst in self.instances.items():
+            if fp not in wanted and inst.state in ("pending", "firing"):
+                was_firing = inst.state == "firing"
+                inst.state, inst.ends_at_unix, inst.updated_unix = "resolved", now, now
+                inst.attempts, inst.next_attempt_unix = 0, 0.0
+                if not was_firing:
+                    inst.delivered_state = "resolved"  # never announced: nothing to resolve downstream
+                changed.append(inst)
+        self._save(changed)
+        return changed
+
+    def due(self, now: float, resend_interval: float) -> list[AlertInstance]:
+        """Instances Alertmanager must hear about now: undelivered states, and firing resends."""
+        out = []
+        for inst in self.instances.values():
+            if inst.state == "pending" or now < inst.next_attempt_unix:
+                continue
+            undelivered = inst.delivered_state != inst.state
+            resend = inst.state == "firing" and (
+                inst.sent_unix is None or now - inst.sent_unix >= resend_interval
+            )
+            if undelivered or resend:
+                out.append(inst)
+        return out
+
+    def delivered(self, batch: list[AlertInstance], now: float) -> None:
+        for inst in batch:
+            inst.sent_unix, inst.delivered_state, inst.attempts, inst.next_attempt_unix = (
+                now,
+                inst.state,
+                0,
+                0.0,
+            )
+        self._save(batch)
+
+    def failed(self, batch: list[AlertInstance], now: float, base: float = 2.0, cap: float = 300.0) -> None:
+        for inst in batch:
+            inst.attempts += 1
+            inst.next_attempt_unix = now + min(cap, base * 2 ** (inst.attempts - 1))
+        self._save(batch)
+
+    def active(self) -> list[AlertInstance]:
+        return [i for i in self.instances.values() if i.state in ("pending", "firing")]
+
+    def _save(self, items: list[AlertInstance]) -> None:
+        if not items:
+            return
+        rows = [
+            {
+                "fingerprint": i.fingerprint,
+                "labels": json.dumps(i.labels, sort_keys=True),
+                "annotations": json.dumps(i.annotations, sort_keys=True),
+                "state": i.state,
+                "active_since_unix": i.active_since_unix,
+                "starts_at_unix": i.starts_at_unix,
+                "ends_at_unix": i.ends_at_unix,
+                "updated_unix": i.updated_unix,
+                "sent_unix": i.sent_unix,
+                "delivered_state": i.delivered_state,
+                "attempts": i.attempts,
+                "next_attempt_unix": i.next_attempt_unix,
+            }
+            for i in items
+        ]
+        with self.store.engine.begin() as conn:
+            upsert(
+                conn,
+                alerts_table,
+                rows,
+                ["fingerprint"],
+                [c.name for c in alerts_table.columns if c.name != "fingerprint"],
+            )
+
+
+async def deliver(
+    book: AlertBook, client: httpx.AsyncClient, url: str, now: float, resend_interval: float, timeout: float
+) -> int:
+    """Send what is due to Alertmanager (`POST {url}/api/v2/alerts`). Returns how many were sent;
+    on failure the batch is retried later with backoff."""
+    batch = book.due(now, resend_interval)
+    if not batch:
+        return 0
+    body = [inst.payload(resend_interval, now) for inst in batch]
+    try:
+        resp = await client.post(url.rstrip("/") + "/api/v2/alerts", json=body, timeout=timeout)
+        resp.raise_for_status()
+    except httpx.HTTPError as exc:
+        log.warning("Alertmanager at %s unreachable (%s); %d alert(s) kept for retry", url, exc, len(batch))
+        book.failed(batch, now)
+        return 0
+    book.delivered(batch, now)
+    return len(batch)
