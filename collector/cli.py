@@ -60,6 +60,36 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Compile rules/ into alerts/; with --check, exit 1 if alerts/ is not what the rules give."""
+    from collector.generate.files import differences, generate, write
+    from collector.slo.spec import RulesError, load_rules
+
+    try:
+        rules = load_rules(args.rules).rules
+    except RulesError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    files = generate(rules)
+    out = Path(args.out)
+    if args.check:
+        stale = differences(files, out)
+        for rel in stale:
+            print(f"{out / rel}: differs from what `llmslo generate` writes", file=sys.stderr)
+        if stale:
+            print("generated files are stale or hand-edited: run `llmslo generate` and commit", file=sys.stderr)
+            return 1
+        print(f"{out}: {len(files)} generated file(s) up to date")
+        return 0
+    changed = write(files, out)
+    print(
+        f"{out}: wrote {len(changed)} of {len(files)} generated file(s)"
+        + (": " + ", ".join(changed) if changed else "")
+    )
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -93,15 +123,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from collector.example_target import ExampleTarget
 
         example = ExampleTarget().start()
-        target = TargetConfig(
-            name="example-vllm", url=example.url, interval=5.0, timeout=4.0, business_type="chat"
-        )
+        target = TargetConfig(name="example-vllm", url=example.url, interval=5.0, timeout=4.0, business_type="chat")
         settings = settings.model_copy(update={"targets": [*settings.targets, target]})
         print(f"example vLLM target (a replayed real scrape) at {example.url}")
     base = f"http://{settings.server.host}:{settings.server.port}"
-    print(
-        f"llmslo {__version__}: {len(settings.targets)} target(s), database {settings.resolved_database_url}"
-    )
+    print(f"llmslo {__version__}: {len(settings.targets)} target(s), database {settings.resolved_database_url}")
     print(f"  API      {base}/api/v1/serving?window=5m   {base}/api/v1/targets")
     print(f"  metrics  {base}/metrics")
     print(f"  docs     {base}/docs")
@@ -148,9 +174,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return 1
     out = {
         "samples_used": snap.samples,
-        "counters": {
-            f"{k.model} {k.metric}{dict(k.labels) or ''}": v for k, v in sorted(snap.counters.items())
-        },
+        "counters": {f"{k.model} {k.metric}{dict(k.labels) or ''}": v for k, v in sorted(snap.counters.items())},
         "gauges": {f"{k.model} {k.metric}": v for k, v in sorted(snap.gauges.items())},
         "histograms": {
             f"{k.model} {k.metric}": {"count": h.count, "sum": h.sum, "bounds": list(h.bounds)}
@@ -271,17 +295,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument(
-            "--config", help="YAML settings file (default: $LLMSLO_CONFIG, else built-in defaults)"
-        )
+        p.add_argument("--config", help="YAML settings file (default: $LLMSLO_CONFIG, else built-in defaults)")
         return p
 
     p = with_config(sub.add_parser("serve", help="run the collector and its HTTP API"))
     p.add_argument("--host", help="listen address (default from config: 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default from config: 9464)")
-    p.add_argument(
-        "--example", action="store_true", help="also start and scrape a bundled example vLLM target"
-    )
+    p.add_argument("--example", action="store_true", help="also start and scrape a bundled example vLLM target")
     p.set_defaults(func=cmd_serve)
 
     p = with_config(sub.add_parser("check-config", help="validate the configuration and print every problem"))
@@ -291,20 +311,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rules", nargs="?", default="rules")
     p.set_defaults(func=cmd_check)
 
+    p = sub.add_parser("generate", help="compile rules/ into alerts/ (Prometheus rules, Alertmanager, tests)")
+    p.add_argument("--rules", default="rules")
+    p.add_argument("--out", default="alerts")
+    p.add_argument("--check", action="store_true", help="only check that alerts/ is up to date (CI)")
+    p.set_defaults(func=cmd_generate)
+
     p = sub.add_parser("inspect", help="show what llmslo reads from a /metrics URL or file")
     p.add_argument("source")
     p.add_argument("--content-type", default=None)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("simulate", help="run a simulated vLLM fleet (real time, or --fast into a database)")
-    p.add_argument(
-        "--scenario", default="healthy", help="scenario file, or builtin: demo, healthy, incidents"
-    )
+    p.add_argument("--scenario", default="healthy", help="scenario file, or builtin: demo, healthy, incidents")
     p.add_argument("--vllm-version", choices=["current", "0.10", "0.6"], help="metric naming family to emit")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument(
-        "--port-base", type=int, default=0, help="replica i listens on base+i (default: free ports)"
-    )
+    p.add_argument("--port-base", type=int, default=0, help="replica i listens on base+i (default: free ports)")
     p.add_argument("--no-workload", action="store_true", help="only serve what API clients send")
     p.add_argument("--otlp-endpoint", help="send one gateway span per request here (OTLP/HTTP)")
     p.add_argument("--duration", type=float, help="stop after this many seconds")

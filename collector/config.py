@@ -137,9 +137,7 @@ class ConfigError(Exception):
         super().__init__("\n".join(problems))
 
 
-def load_settings(
-    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
-) -> Settings:
+def load_settings(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Read YAML (if given), apply LLMSLO_* overrides, validate. Raises ConfigError."""
     environ = os.environ if environ is None else environ
     source = str(path) if path is not None else "<defaults>"
@@ -196,8 +194,7 @@ def _cross_checks(settings: Settings, source: str, root: yaml.Node | None) -> li
         where = f"{source}:{line_of(root, ('targets', i)) or '?'}"
         if target.name in seen:
             problems.append(
-                f"{where}: targets[{i}].name: duplicate target name {target.name!r} "
-                f"(also targets[{seen[target.name]}])"
+                f"{where}: targets[{i}].name: duplicate target name {target.name!r} (also targets[{seen[target.name]}])"
             )
         seen.setdefault(target.name, i)
         if target.business_type is not None and target.business_type not in known:
@@ -215,7 +212,6 @@ def _cross_checks(settings: Settings, source: str, root: yaml.Node | None) -> li
         interval = settings.target_interval(target)
         if timeout > interval:
             problems.append(
-                f"{where}: targets[{i}].timeout: {timeout:g}s is longer than the scrape "
-                f"interval {interval:g}s"
+                f"{where}: targets[{i}].timeout: {timeout:g}s is longer than the scrape interval {interval:g}s"
             )
     return problems

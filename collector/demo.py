@@ -135,9 +135,7 @@ async def run_demo(
     )
     runtime = Runtime(settings)
     server = _Server(
-        uvicorn.Config(
-            create_app(settings, runtime), host=host, port=port, log_level="warning", access_log=False
-        )
+        uvicorn.Config(create_app(settings, runtime), host=host, port=port, log_level="warning", access_log=False)
     )
     serve_task = asyncio.create_task(server.serve())
     base = f"http://{host}:{port}"

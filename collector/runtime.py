@@ -52,8 +52,7 @@ class Runtime:
         self.client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
         self.store_lock = asyncio.Lock()
         self.scrapers: dict[str, TargetScraper] = {
-            t.name: TargetScraper(t, settings, self.store, self.client, self.store_lock)
-            for t in settings.targets
+            t.name: TargetScraper(t, settings, self.store, self.client, self.store_lock) for t in settings.targets
         }
         self.targets: dict[str, TargetConfig] = {t.name: t for t in settings.targets}
         self.snapshot = Snapshot()

@@ -205,9 +205,7 @@ def render(fam: Family, series: dict[tuple[str, str], Observations], created: fl
             f"Prefix cache queries, in terms of number of queried {unit}.",
             each("prefix_queries"),
         )
-        counter(
-            f"{stem}_hits", f"Prefix cache hits, in terms of number of cached {unit}.", each("prefix_hits")
-        )
+        counter(f"{stem}_hits", f"Prefix cache hits, in terms of number of cached {unit}.", each("prefix_hits"))
     counter("num_preemptions", "Cumulative number of preemption from the engine.", each("preemptions"))
     counter(
         "prompt_tokens",
@@ -222,17 +220,11 @@ def render(fam: Family, series: dict[tuple[str, str], Observations], created: fl
     success = []
     for (m, e), o in series.items():
         for reason in fam.reasons:
-            success.append(
-                (_labels(m, e, fam, {"finished_reason": reason}), float(o.finished.get(reason, 0)))
-            )
+            success.append((_labels(m, e, fam, {"finished_reason": reason}), float(o.finished.get(reason, 0))))
     counter("request_success", "Count of successfully processed requests.", success)
     histogram("request_prompt_tokens", "Number of prefill tokens processed.", TOKENS_1_2_5, "prompt_lengths")
-    histogram(
-        "request_generation_tokens", "Number of generation tokens processed.", TOKENS_1_2_5, "output_lengths"
-    )
-    histogram(
-        "time_to_first_token_seconds", "Histogram of time to first token in seconds.", fam.ttft_bounds, "ttft"
-    )
+    histogram("request_generation_tokens", "Number of generation tokens processed.", TOKENS_1_2_5, "output_lengths")
+    histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", fam.ttft_bounds, "ttft")
     for itl in fam.itl_names:
         histogram(itl, "Histogram of inter-token latency in seconds.", fam.token_lat_bounds, "itl")
     if fam.tpot:

@@ -20,9 +20,7 @@ class QuantileEstimate:
     above_top_bound: bool  # value is the highest finite bound; the true quantile is >= it
 
 
-def histogram_quantile(
-    q: float, bounds: Sequence[float], cumulative: Sequence[float]
-) -> QuantileEstimate | None:
+def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> QuantileEstimate | None:
     """Linear interpolation inside the bucket holding rank q * total.
 
     `bounds` are the finite upper bounds (ascending); `cumulative` has one more entry, the +Inf

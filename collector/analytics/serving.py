@@ -187,11 +187,7 @@ def _tpot_mean_estimate(cells: list[SeriesCell], generation_tokens: float | None
 def _gauge(cells: list[SeriesCell], metric: str, combine_max: bool) -> GaugeStats | None:
     """Combine one gauge across series: counts (running, waiting) add up across targets and
     models; fractions (KV usage) take the max, since a mean hides the saturated replica."""
-    found = [
-        sc.cell
-        for sc in cells
-        if sc.ident.key.metric == metric and sc.ident.kind is Kind.GAUGE and sc.cell.n > 0
-    ]
+    found = [sc.cell for sc in cells if sc.ident.key.metric == metric and sc.ident.kind is Kind.GAUGE and sc.cell.n > 0]
     if not found:
         return None
     if combine_max:
@@ -261,7 +257,5 @@ def build_report(
             continue
         groups.append(GroupStats(target, model, btype, derive(members, window_seconds)))
         by_type[btype].extend(members)
-    types = tuple(
-        BusinessStats(bt, derive(members, window_seconds)) for bt, members in sorted(by_type.items())
-    )
+    types = tuple(BusinessStats(bt, derive(members, window_seconds)) for bt, members in sorted(by_type.items()))
     return ServingReport(window_seconds, start_unix, end_unix, tuple(groups), types)

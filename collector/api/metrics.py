@@ -41,9 +41,7 @@ class LlmsloCollector(Collector):
         if rt.rules is None:
             return
         base = [conv.LABEL_SLO, conv.LABEL_BUSINESS_TYPE]
-        objective = GaugeMetricFamily(
-            conv.SLO_OBJECTIVE, "SLO objective: required share of good events.", labels=base
-        )
+        objective = GaugeMetricFamily(conv.SLO_OBJECTIVE, "SLO objective: required share of good events.", labels=base)
         sli = GaugeMetricFamily(
             conv.SLO_SLI,
             "Share of good events over the window (no series = no data).",
@@ -57,9 +55,7 @@ class LlmsloCollector(Collector):
         remaining = GaugeMetricFamily(
             conv.SLO_BUDGET_REMAINING, "Error budget left in the SLO period (1 = all).", labels=base
         )
-        good = CounterMetricFamily(
-            conv.SLO_GOOD_EVENTS, "Good events since each server started.", labels=base
-        )
+        good = CounterMetricFamily(conv.SLO_GOOD_EVENTS, "Good events since each server started.", labels=base)
         total = CounterMetricFamily(conv.SLO_EVENTS, "Events since each server started.", labels=base)
         firing = GaugeMetricFamily(
             conv.SLO_ALERT_FIRING,
@@ -98,19 +94,11 @@ class LlmsloCollector(Collector):
         info.add_metric([__version__], 1.0)
         yield info
         lbl = [conv.LABEL_TARGET]
-        up = GaugeMetricFamily(
-            conv.TARGET_UP, "1 if the last scrape of the target succeeded, else 0.", labels=lbl
-        )
+        up = GaugeMetricFamily(conv.TARGET_UP, "1 if the last scrape of the target succeeded, else 0.", labels=lbl)
         dur = GaugeMetricFamily(conv.SCRAPE_DURATION_SECONDS, "Duration of the last scrape.", labels=lbl)
-        samples = GaugeMetricFamily(
-            conv.SCRAPE_SAMPLES, "Samples llmslo used from the last good scrape.", labels=lbl
-        )
-        size = GaugeMetricFamily(
-            conv.SCRAPE_BODY_BYTES, "Decompressed body size of the last scrape.", labels=lbl
-        )
-        last = GaugeMetricFamily(
-            conv.LAST_SCRAPE_TIMESTAMP_SECONDS, "Unix time of the last scrape.", labels=lbl
-        )
+        samples = GaugeMetricFamily(conv.SCRAPE_SAMPLES, "Samples llmslo used from the last good scrape.", labels=lbl)
+        size = GaugeMetricFamily(conv.SCRAPE_BODY_BYTES, "Decompressed body size of the last scrape.", labels=lbl)
+        last = GaugeMetricFamily(conv.LAST_SCRAPE_TIMESTAMP_SECONDS, "Unix time of the last scrape.", labels=lbl)
         total = CounterMetricFamily(conv.SCRAPES_TOTAL, "Scrapes attempted.", labels=lbl)
         errors = CounterMetricFamily(
             conv.SCRAPE_ERRORS_TOTAL,

@@ -172,9 +172,7 @@ def report_out(window: str, r: ServingReport) -> ServingResponse:
         start_unix=r.start_unix,
         end_unix=r.end_unix,
         groups=[
-            ServingGroup(
-                target=g.target, model=g.model, business_type=g.business_type, stats=serving_out(g.stats)
-            )
+            ServingGroup(target=g.target, model=g.model, business_type=g.business_type, stats=serving_out(g.stats))
             for g in r.groups
         ],
         business_types=[
@@ -263,9 +261,7 @@ class SlosResponse(BaseModel):
 
 
 def slo_window_out(label: str, w: WindowSli, o: Objective) -> SloWindow:
-    return SloWindow(
-        window=label, good=w.events.good, total=w.events.total, sli=w.sli, burn_rate=burn(w.events, o)
-    )
+    return SloWindow(window=label, good=w.events.good, total=w.events.total, sli=w.sli, burn_rate=burn(w.events, o))
 
 
 def slo_out(st: SloStatus) -> Slo:

@@ -240,10 +240,7 @@ class Fleet:
                 drift *= inc.factor
         user = max(
             1,
-            int(
-                self.rng.lognormvariate(math.log(profile.prompt_tokens_median), profile.prompt_tokens_sigma)
-                * drift
-            ),
+            int(self.rng.lognormvariate(math.log(profile.prompt_tokens_median), profile.prompt_tokens_sigma) * drift),
         )
         out = max(
             1,

@@ -199,9 +199,7 @@ def load_scenario(path_or_name: str) -> Scenario:
     """A scenario from a file, or one of the built-in names. Raises ScenarioError with every problem."""
     if path_or_name in BUILTIN and not Path(path_or_name).exists():
         source = f"builtin:{path_or_name}"
-        text = (
-            resources.files("collector").joinpath("data", f"scenario-{path_or_name}.yaml").read_text("utf-8")
-        )
+        text = resources.files("collector").joinpath("data", f"scenario-{path_or_name}.yaml").read_text("utf-8")
     else:
         source = path_or_name
         try:
@@ -236,9 +234,7 @@ def _cross_checks(spec: ScenarioIn, source: str, root: object) -> list[str]:
     names: set[str] = set()
     for i, d in enumerate(spec.deployments):
         if d.name in names:
-            problems.append(
-                f"{at('deployments', i, 'name')}: deployments[{i}].name: duplicate deployment {d.name!r}"
-            )
+            problems.append(f"{at('deployments', i, 'name')}: deployments[{i}].name: duplicate deployment {d.name!r}")
         names.add(d.name)
         for j, bt in enumerate(d.business_types):
             if bt not in spec.business_types:

@@ -224,9 +224,7 @@ class Simulation:
             )
         business = http.headers.get("x-llmslo-business-type") or rep.deployment.business_types[0]
         profile = next((p for p in self.fleet.profiles if p.name == business), self.fleet.profiles[0])
-        sampled = self.fleet.rng.lognormvariate(
-            math.log(profile.output_tokens_median), profile.output_tokens_sigma
-        )
+        sampled = self.fleet.rng.lognormvariate(math.log(profile.output_tokens_median), profile.output_tokens_sigma)
         out = max(1, min(max_tokens, int(sampled)))
         if body.get("ignore_eos"):
             out = max_tokens
@@ -247,9 +245,7 @@ class Simulation:
         created = int(time.time())
         rid = f"cmpl-sim-{req.id}"
         if req.stream:
-            return StreamingResponse(
-                self._stream(req, rid, created, model_name, chat), media_type="text/event-stream"
-            )
+            return StreamingResponse(self._stream(req, rid, created, model_name, chat), media_type="text/event-stream")
         while not req.done:
             await asyncio.sleep(0.01)
             self.fleet.advance(self.now)
@@ -287,9 +283,7 @@ class Simulation:
             }
         )
 
-    async def _stream(
-        self, req: m.Request, rid: str, created: int, model: str, chat: bool
-    ) -> AsyncIterator[str]:
+    async def _stream(self, req: m.Request, rid: str, created: int, model: str, chat: bool) -> AsyncIterator[str]:
         """SSE chunks on the simulated clock: the first at TTFT, then one token every TPOT."""
         sent = 0
         obj = "chat.completion.chunk" if chat else "text_completion"

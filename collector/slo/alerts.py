@@ -164,9 +164,7 @@ class AlertBook:
             if inst.state == "pending" or now < inst.next_attempt_unix:
                 continue
             undelivered = inst.delivered_state != inst.state
-            resend = inst.state == "firing" and (
-                inst.sent_unix is None or now - inst.sent_unix >= resend_interval
-            )
+            resend = inst.state == "firing" and (inst.sent_unix is None or now - inst.sent_unix >= resend_interval)
             if undelivered or resend:
                 out.append(inst)
         return out

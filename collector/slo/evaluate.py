@@ -105,9 +105,7 @@ def evaluate(rules: SloRules, rows: Sequence[Row], now_unix: float) -> list[SloS
     for bt in rules.business_types:
         mine = [r for r in rows if bt.matches(r.cell.ident.key.model)]
         for objective in bt.objectives:
-            out.append(
-                _evaluate_objective(rules, bt, objective, mine, windows, end, period_start_unix, now_unix)
-            )
+            out.append(_evaluate_objective(rules, bt, objective, mine, windows, end, period_start_unix, now_unix))
     return out
 
 
@@ -151,9 +149,7 @@ def _inside(row: Row, start: int, end: int) -> bool:
     return start <= row.start_unix and row.start_unix + row.period_seconds <= end
 
 
-def _pair_state(
-    rules: SloRules, o: Objective, pair: BurnPair, per_window: dict[float, WindowSli]
-) -> PairState:
+def _pair_state(rules: SloRules, o: Objective, pair: BurnPair, per_window: dict[float, WindowSli]) -> PairState:
     long, short = per_window[pair.long_seconds], per_window[pair.short_seconds]
     lb, sb = burn(long.events, o), burn(short.events, o)
     if lb is None or sb is None:
@@ -208,9 +204,7 @@ def _latency_events(o: Objective, rows: list[Row]) -> Events:
             continue
         have = by_layout.get(ident.bounds)
         buckets = r.cell.cell.buckets
-        by_layout[ident.bounds] = (
-            list(buckets) if have is None else [a + b for a, b in zip(have, buckets, strict=True)]
-        )
+        by_layout[ident.bounds] = list(buckets) if have is None else [a + b for a, b in zip(have, buckets, strict=True)]
     events = NO_EVENTS
     for bounds, cumulative in by_layout.items():
         share = fraction_at_or_below(o.threshold_seconds, bounds, cumulative)

@@ -38,9 +38,7 @@ class ObjectiveIn(_Strict):
 
 
 class BusinessTypeIn(_Strict):
-    models: list[str] = Field(
-        min_length=1, description="regular expressions on vLLM's model_name (full match)"
-    )
+    models: list[str] = Field(min_length=1, description="regular expressions on vLLM's model_name (full match)")
     objectives: list[ObjectiveIn] = Field(min_length=1)
 
     @field_validator("models")
@@ -80,12 +78,11 @@ class RulesIn(_Strict):
     window_scale: float = Field(1.0, gt=0, le=1, description="tests only: shrink every window alike")
     evaluation_interval: Duration = 30.0
     runbook_url: str = "https://github.com/llmslo/llmslo/blob/main/alerts/RUNBOOK.md#{anchor}"
-    dashboard_url: str = (
-        "http://127.0.0.1:3000/d/llmslo-serving/llmslo-serving?var-business_type={business_type}"
-    )
+    dashboard_url: str = "http://127.0.0.1:3000/d/llmslo-serving/llmslo-serving?var-business_type={business_type}"
     business_types: dict[str, BusinessTypeIn] = Field(min_length=1)
     thresholds: ThresholdsIn = ThresholdsIn()
     alertmanager: AlertmanagerIn = AlertmanagerIn()
+    vllm_job: str = Field("vllm", description="Prometheus job label of the vLLM scrape (target-down alert)")
 
 
 # --- the internal model -------------------------------------------------------------------------
@@ -157,6 +154,7 @@ class SloRules:
     alertmanager_url: str | None
     resend_interval_seconds: float
     alertmanager_timeout_seconds: float
+    vllm_job: str = "vllm"
 
     @property
     def objectives(self) -> tuple[Objective, ...]:
@@ -277,6 +275,7 @@ def _resolve(spec: RulesIn, business: tuple[BusinessType, ...]) -> SloRules:
         alertmanager_url=spec.alertmanager.url,
         resend_interval_seconds=spec.alertmanager.resend_interval,
         alertmanager_timeout_seconds=spec.alertmanager.timeout,
+        vllm_job=spec.vllm_job,
     )
 
 
@@ -333,7 +332,6 @@ def _check(spec: RulesIn, source: str, node: yaml.Node | None) -> tuple[list[str
                 )
             if o.sli == "cost_ceiling":
                 warnings.append(
-                    f"{where}: {key}: needs the cost model (GPU prices); it reports no data until "
-                    f"one is configured"
+                    f"{where}: {key}: needs the cost model (GPU prices); it reports no data until one is configured"
                 )
     return problems, warnings

@@ -86,8 +86,7 @@ def detect_format(content_type: str | None) -> str:
         return TEXT_FORMAT
     raise ExpositionError(
         "content_type",
-        f"unexpected Content-Type {content_type!r}: want 'text/plain; version=0.0.4' "
-        "or 'application/openmetrics-text'",
+        f"unexpected Content-Type {content_type!r}: want 'text/plain; version=0.0.4' or 'application/openmetrics-text'",
     )
 
 
@@ -242,9 +241,7 @@ def _parse_sample_line(line: str, lineno: int, openmetrics: bool) -> tuple[str, 
                 break
             lm = _LABEL_RE.match(line, pos)
             if lm is None:
-                raise ExpositionError(
-                    "parse", f"malformed label set at column {pos + 1} in {line[:120]!r}", lineno
-                )
+                raise ExpositionError("parse", f"malformed label set at column {pos + 1} in {line[:120]!r}", lineno)
             label, raw_value, closer = lm.group(1), lm.group(2), lm.group(3)
             if label in names:
                 raise ExpositionError("parse", f"duplicate label {label!r} in {name}", lineno)

@@ -176,13 +176,9 @@ class TargetScraper:
         }
         try:
             async with asyncio.timeout(self.timeout):
-                async with self.client.stream(
-                    "GET", self.target.url, headers=headers, timeout=self.timeout
-                ) as resp:
+                async with self.client.stream("GET", self.target.url, headers=headers, timeout=self.timeout) as resp:
                     if resp.status_code != 200:
-                        raise ScrapeError(
-                            conv.REASON_HTTP_STATUS, f"HTTP {resp.status_code} from {self.target.url}"
-                        )
+                        raise ScrapeError(conv.REASON_HTTP_STATUS, f"HTTP {resp.status_code} from {self.target.url}")
                     declared = resp.headers.get("content-length")
                     if declared and declared.isdigit() and int(declared) > limit:
                         raise ScrapeError(
@@ -218,9 +214,7 @@ class TargetScraper:
                     self.store.commit_scrape, target_id, deltas, snapshot.units, self.series_ids, now
                 )
         except Exception as exc:
-            raise ScrapeError(
-                conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise ScrapeError(conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}") from exc
         self.tracker.commit(deltas, now)
         self.status.counter_resets_total += deltas.resets
 

@@ -275,9 +275,7 @@ _EXPECTED_TYPE = {Kind.COUNTER: "counter", Kind.GAUGE: "gauge", Kind.HISTOGRAM: 
 def _check_type(types: dict[str, str], sample_name: str, logical: Logical, line: int) -> None:
     family = family_of(sample_name, types)
     if family is None:
-        raise ExpositionError(
-            "parse", f"{sample_name} has no # TYPE line; llmslo needs its type to interpret it", line
-        )
+        raise ExpositionError("parse", f"{sample_name} has no # TYPE line; llmslo needs its type to interpret it", line)
     declared = types[family]
     if declared != _EXPECTED_TYPE[logical.kind]:
         raise ExpositionError(

@@ -102,9 +102,7 @@ class Store:
     def load_tracker(self, target_id: int) -> tuple[DeltaTracker, dict[SeriesIdent, int]]:
         """The target's delta state as of its last committed scrape, and its series ids."""
         with self.engine.connect() as conn:
-            baseline = conn.execute(
-                select(targets.c.baseline_unix).where(targets.c.id == target_id)
-            ).scalar_one()
+            baseline = conn.execute(select(targets.c.baseline_unix).where(targets.c.id == target_id)).scalar_one()
             rows = conn.execute(
                 select(series, series_state.c.value, series_state.c.sum, series_state.c.buckets)
                 .select_from(series.outerjoin(series_state, series_state.c.series_id == series.c.id))
@@ -116,9 +114,7 @@ class Store:
             ident = _ident_from_row(row)
             ids[ident] = int(row.id)
             if row.value is not None:
-                tracker.state[ident] = Cumulative(
-                    float(row.value), float(row.sum), _decode_floats(row.buckets)
-                )
+                tracker.state[ident] = Cumulative(float(row.value), float(row.sum), _decode_floats(row.buckets))
         return tracker, ids
 
     # --- writing a scrape --------------------------------------------------------------------
@@ -321,9 +317,7 @@ class Store:
             for hour, cells in by_hour.items():
                 self._merge_cells(conn, HOUR_SECONDS, hour, cells)
             conn.execute(
-                delete(rollups).where(
-                    rollups.c.period_seconds == MINUTE_SECONDS, rollups.c.start_unix < cutoff
-                )
+                delete(rollups).where(rollups.c.period_seconds == MINUTE_SECONDS, rollups.c.start_unix < cutoff)
             )
             expired = conn.execute(
                 delete(rollups).where(rollups.c.period_seconds == HOUR_SECONDS, rollups.c.start_unix < expire)
@@ -336,9 +330,7 @@ def _chunks(items: list[int], size: int) -> Iterable[list[int]]:
         yield items[i : i + size]
 
 
-def upsert(
-    conn: Connection, table: Any, rows: list[dict[str, Any]], keys: list[str], update_cols: list[str]
-) -> None:
+def upsert(conn: Connection, table: Any, rows: list[dict[str, Any]], keys: list[str], update_cols: list[str]) -> None:
     if not rows:
         return
     dialect = conn.dialect.name

@@ -14,9 +14,7 @@ from tests.targets import Behaviour, target_server, vllm_body
 
 
 def settings_for(tmp_path: Path, urls: dict[str, str], **scrape: object) -> Settings:
-    targets = [
-        TargetConfig(name=n, url=u, timeout=0.5, interval=1.0, business_type="chat") for n, u in urls.items()
-    ]
+    targets = [TargetConfig(name=n, url=u, timeout=0.5, interval=1.0, business_type="chat") for n, u in urls.items()]
     return Settings.model_validate(
         {
             "data_dir": str(tmp_path),
@@ -59,9 +57,7 @@ def test_healthy_failing_slow_and_broken_targets_side_by_side(tmp_path: Path) ->
     assert st["ok"].up and st["ok-gzip"].up
     assert st["500"].last_error_reason == "http_status" and "HTTP 500" in (st["500"].last_error or "")
     assert st["slow"].last_error_reason == "timeout"
-    assert st["garbage"].last_error_reason == "parse" and (st["garbage"].last_error or "").startswith(
-        "line 1:"
-    )
+    assert st["garbage"].last_error_reason == "parse" and (st["garbage"].last_error or "").startswith("line 1:")
     assert st["html"].last_error_reason == "content_type"
     assert st["latin1"].last_error_reason == "encoding" and "line 1" in (st["latin1"].last_error or "")
     assert st["big"].last_error_reason == "too_large"
@@ -80,11 +76,7 @@ def test_a_target_that_breaks_keeps_what_was_stored(tmp_path: Path) -> None:
 
     def body() -> bytes:
         text = vllm_body(lambda: scale["n"])()
-        return (
-            text.replace(b"vllm:prompt_tokens_total{", b"vllm:prompt_tokens_total{{")
-            if broken["on"]
-            else text
-        )
+        return text.replace(b"vllm:prompt_tokens_total{", b"vllm:prompt_tokens_total{{") if broken["on"] else text
 
     with target_server({"/m": Behaviour(body)}) as srv:
         settings = settings_for(tmp_path, {"t": srv.url("/m")})

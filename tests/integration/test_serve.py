@@ -81,9 +81,7 @@ targets:
         def all_scraped() -> dict[str, dict[str, object]] | None:
             body = httpx.get(f"{base}/api/v1/targets").json()
             by_name = {t["name"]: t for t in body["targets"]}
-            ok = by_name["healthy"]["scrapes_total"] >= 3 and all(
-                t["up"] is not None for t in by_name.values()
-            )
+            ok = by_name["healthy"]["scrapes_total"] >= 3 and all(t["up"] is not None for t in by_name.values())
             return by_name if ok else None
 
         t = wait_for(all_scraped)

@@ -33,9 +33,7 @@ def vllm_python() -> Path:
     """The vLLM environment's interpreter, built on first use by scripts/vllm_env.sh."""
     if sys.platform != "linux":
         require(False, "the vLLM CPU build runs on Linux only")
-    proc = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "vllm_env.sh")], capture_output=True, text=True, timeout=3000
-    )
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "vllm_env.sh")], capture_output=True, text=True, timeout=3000)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or "").strip().splitlines()[-15:])
         require(False, f"could not build the vLLM environment:\n{tail}")
@@ -109,9 +107,7 @@ class VllmServer:
             env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
         assert self.log_path is not None
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -147,9 +143,7 @@ class VllmServer:
 
 
 @pytest.fixture(scope="module")
-def vllm_server(
-    vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VllmServer]:
+def vllm_server(vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     server = VllmServer(vllm_python, tiny_model, log_path=tmp_path_factory.mktemp("vllm") / "vllm.log")
     try:
         server.start()

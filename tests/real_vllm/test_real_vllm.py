@@ -56,10 +56,7 @@ def wait_idle(server: VllmServer, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         r = raw(server)
-        if (
-            r.get(("vllm:num_requests_running", ()), 0) == 0
-            and r.get(("vllm:num_requests_waiting", ()), 0) == 0
-        ):
+        if r.get(("vllm:num_requests_running", ()), 0) == 0 and r.get(("vllm:num_requests_waiting", ()), 0) == 0:
             time.sleep(0.5)  # counters are updated right after the last output
             return
         time.sleep(0.3)
@@ -190,9 +187,7 @@ class Collector:
         self.loop.close()
 
 
-def test_llmslo_agrees_with_vllms_own_counters_and_histograms(
-    vllm_server: VllmServer, tmp_path: Path
-) -> None:
+def test_llmslo_agrees_with_vllms_own_counters_and_histograms(vllm_server: VllmServer, tmp_path: Path) -> None:
     col = Collector(tmp_path, vllm_server)
     wait_idle(vllm_server)
     col.scrape()

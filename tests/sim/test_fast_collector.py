@@ -49,9 +49,7 @@ def exact_quantile(values: list[float], q: float) -> float:
 
 
 @pytest.mark.parametrize("deployment", ["chat", "code", "batch"])
-def test_collector_p95_ttft_is_in_the_bucket_of_the_simulators_exact_p95(
-    incident_run, deployment: str
-) -> None:  # type: ignore[no-untyped-def]
+def test_collector_p95_ttft_is_in_the_bucket_of_the_simulators_exact_p95(incident_run, deployment: str) -> None:  # type: ignore[no-untyped-def]
     run = incident_run[0]
     start, end = 60.0, 600.0  # before the first incident; scrapes at 60..585 cover (45, 585]
     s = stats(incident_run, start, end, deployment=deployment)
@@ -116,9 +114,7 @@ def test_prefix_cache_collapse_lowers_hits_raises_ttft_and_keeps_output_lengths(
     assert before.prefix_cache_hit_ratio is not None and before.prefix_cache_hit_ratio > 0.3
     assert during.prefix_cache_hit_ratio == 0.0
     assert mean_len(during, "ttft") > mean_len(before, "ttft")
-    assert mean_len(during, "generation_length") == pytest.approx(
-        mean_len(before, "generation_length"), rel=0.15
-    )
+    assert mean_len(during, "generation_length") == pytest.approx(mean_len(before, "generation_length"), rel=0.15)
 
 
 def test_prompt_drift_lengthens_prompts_only(incident_run) -> None:  # type: ignore[no-untyped-def]
@@ -128,9 +124,7 @@ def test_prompt_drift_lengthens_prompts_only(incident_run) -> None:  # type: ign
     )
     # factor 3 on the user part of the prompt; the shared system prompt is unchanged
     assert mean_len(during, "prompt_length") > 1.3 * mean_len(before, "prompt_length")
-    assert mean_len(during, "generation_length") == pytest.approx(
-        mean_len(before, "generation_length"), rel=0.15
-    )
+    assert mean_len(during, "generation_length") == pytest.approx(mean_len(before, "generation_length"), rel=0.15)
     assert during.requests_per_second == pytest.approx(before.requests_per_second, rel=0.3)
 
 

@@ -110,9 +110,7 @@ def test_replicas_serve_metrics_and_an_openai_api_with_simulated_timing(receiver
                             first = first or time.monotonic() - t0
                             chunks.append(json.loads(line[6:]))
                 assert len(chunks) == 12 and chunks[-1]["choices"][0]["finish_reason"] == "length"
-                bad = await client.post(
-                    sim.url("chat-0", "/v1/completions"), json={"prompt": "x", "max_tokens": 99999}
-                )
+                bad = await client.post(sim.url("chat-0", "/v1/completions"), json={"prompt": "x", "max_tokens": 99999})
                 assert bad.status_code == 400
                 text = (await client.get(sim.url("chat-0"))).text
             snap = read_scrape(text)
@@ -132,10 +130,7 @@ def test_replicas_serve_metrics_and_an_openai_api_with_simulated_timing(receiver
 
 
 def test_a_down_replica_refuses_connections_and_comes_back() -> None:
-    text = (
-        HEALTHY.read_text()
-        + "incidents:\n  - {kind: replica_down, start: 1s, duration: 2s, target: code-0}\n"
-    )
+    text = HEALTHY.read_text() + "incidents:\n  - {kind: replica_down, start: 1s, duration: 2s, target: code-0}\n"
     scenario = parse_scenario(text)
 
     async def run() -> list[str]:

@@ -69,9 +69,7 @@ def test_a_new_bucket_layout_is_a_new_series() -> None:
 
 def test_a_series_appearing_later_counts_from_zero() -> None:
     tracker = DeltaTracker()
-    tracker.commit(
-        tracker.observe(read_scrape(render(FAMILIES["0.33"], {("a", "0"): workload()})), 1000.0), 1000.0
-    )
+    tracker.commit(tracker.observe(read_scrape(render(FAMILIES["0.33"], {("a", "0"): workload()})), 1000.0), 1000.0)
     text = render(FAMILIES["0.33"], {("a", "0"): workload(), ("lora-b", "0"): workload()})
     deltas = tracker.observe(read_scrape(text), 1015.0)
     assert deltas.cells[SeriesIdent(SeriesKey("lora-b", "prompt_tokens"), Kind.COUNTER)].value == 5000.0
@@ -89,10 +87,7 @@ def test_gauge_cells_merge_min_max_last_and_mean() -> None:
 
 
 def test_cell_merge_is_associative() -> None:
-    cells = [
-        Cell(Kind.HISTOGRAM, value=i, sum=i * 0.5, buckets=[i, 2 * i], observed_seconds=15)
-        for i in range(1, 5)
-    ]
+    cells = [Cell(Kind.HISTOGRAM, value=i, sum=i * 0.5, buckets=[i, 2 * i], observed_seconds=15) for i in range(1, 5)]
     left = cells[0].copy()
     for c in cells[1:]:
         left.merge(c)

@@ -125,9 +125,7 @@ def test_count_invariants_hold(fleet, replica: str) -> None:  # type: ignore[no-
     assert samples[("vllm:iteration_tokens_total_count", None)] == sum(r.output_tokens for r in mine)
     # prompt tokens are counted at prefill: requests still running are in the counter already
     assert samples[("vllm:prompt_tokens_total", None)] >= samples[("vllm:request_prompt_tokens_sum", None)]
-    assert (
-        samples[("vllm:prefix_cache_hits_total", None)] <= samples[("vllm:prefix_cache_queries_total", None)]
-    )
+    assert samples[("vllm:prefix_cache_hits_total", None)] <= samples[("vllm:prefix_cache_queries_total", None)]
 
 
 def test_simulated_latencies_are_consistent(fleet) -> None:  # type: ignore[no-untyped-def]

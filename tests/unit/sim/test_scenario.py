@@ -36,9 +36,9 @@ def test_every_problem_is_reported_with_its_location() -> None:
 
 
 def test_cross_checks_name_their_keys() -> None:
-    text = GOOD.read_text().replace(
-        "business_types: [code_completion]", "business_types: [code_complete]"
-    ).replace("gpu_memory_gb: 80", "gpu_memory_gb: 16") + (
+    text = GOOD.read_text().replace("business_types: [code_completion]", "business_types: [code_complete]").replace(
+        "gpu_memory_gb: 80", "gpu_memory_gb: 16"
+    ) + (
         "incidents:\n  - {kind: replica_down, start: 1m, duration: 1m, target: chat-7}\n"
         "  - {kind: overload, start: 1m, duration: 1m}\n"
     )
@@ -52,18 +52,14 @@ def test_cross_checks_name_their_keys() -> None:
     assert "incidents[1]: overload needs a factor other than 1" in problems
 
 
-@pytest.mark.parametrize(
-    "text", ["", "- a\n- b\n", "version: v1\n", "version: v2\nworkload: 3\n", "{[", "\x00"]
-)
+@pytest.mark.parametrize("text", ["", "- a\n- b\n", "version: v1\n", "version: v2\nworkload: 3\n", "{[", "\x00"])
 def test_garbage_never_crashes(text: str) -> None:
     with pytest.raises(ScenarioError) as info:
         parse_scenario(text, "bad.yaml")
     assert all(p.startswith("bad.yaml") for p in info.value.problems)
 
 
-def test_simulate_command_reports_problems_and_exits_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_simulate_command_reports_problems_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: v1\nworkload: {requests_per_second: 0}\n")
     assert main(["simulate", "--scenario", str(bad), "--duration", "0.1"]) == 2

@@ -138,15 +138,11 @@ def test_the_cache_does_not_change_results() -> None:
             "vllm:time_to_first_token_seconds_bucket has no # TYPE line",
         ),
         (
-            lambda t: t.replace(
-                "# TYPE vllm:prompt_tokens_total counter", "# TYPE vllm:prompt_tokens_total gauge"
-            ),
+            lambda t: t.replace("# TYPE vllm:prompt_tokens_total counter", "# TYPE vllm:prompt_tokens_total gauge"),
             "declared gauge, expected counter",
         ),
         (
-            lambda t: t.replace(
-                'le="0.5",model_name="org/model-a"} 16.0', 'le="0.5",model_name="org/model-a"} 1.0'
-            ),
+            lambda t: t.replace('le="0.5",model_name="org/model-a"} 16.0', 'le="0.5",model_name="org/model-a"} 1.0'),
             "bucket counts decrease",
         ),
         (lambda t: t.replace('le="0.5"', 'le="half"'), "is not a number"),

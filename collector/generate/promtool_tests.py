@@ -1,0 +1,386 @@
+"""promtool unit tests for every generated alert: it fires; it does not fire yet; low traffic
+does not page; healthy traffic does not page. Expected alerts are computed from the same
+burn-rate model the rules encode, at an evaluation time chosen with a clear margin on every
+pair's threshold, so a test failing means the rules and the model disagree."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from collector import conventions as conv
+from collector.generate.promql import Sli, error_ratio_record, num, window
+from collector.generate.rules import burn_rate_alerts, objectives_with_sli, recording_groups, threshold_alerts
+from collector.slo.spec import BusinessType, Objective, SloRules
+from collector.slo.windows import BurnPair
+from collector.sources.vllm_buckets import LATENCY_HISTOGRAMS
+
+RATE = 1000  # requests per minute in the tests
+MARGIN = 0.15  # every pair's error ratio stays this far (relative) from its threshold
+
+
+def example_model(bt: BusinessType) -> str | None:
+    """A model name the business type's patterns match (for input series)."""
+    for pattern in bt.model_patterns:
+        for candidate in (pattern, re.sub(r"\.\*|\.\+", "x", pattern).replace("\\", "")):
+            if re.fullmatch(pattern, candidate):
+                return candidate
+    return None
+
+
+def _series(
+    bt: BusinessType,
+    o: Objective,
+    sli: Sli,
+    model: str,
+    healthy_minutes: int,
+    bad_minutes: int,
+    rate: float,
+    bad_fraction: float,
+) -> list[dict[str, str]]:
+    """Input series: `healthy_minutes` at `bad_fraction`, then `bad_minutes` where every event is bad."""
+    good = rate * (1 - bad_fraction)
+    bad = rate - good
+    good_values = f"0+{num(good)}x{healthy_minutes}" + (
+        f" {num(good * healthy_minutes)}+0x{bad_minutes - 1}" if bad_minutes else ""
+    )
+    if sli.kind == "errors":
+        bad_values = f"0+{num(bad)}x{healthy_minutes}" + (
+            f" {num(bad * healthy_minutes + rate)}+{num(rate)}x{bad_minutes - 1}" if bad_minutes else ""
+        )
+        base = f'vllm:request_success_total{{model_name="{model}",finished_reason="%s"}}'
+        return [
+            {"series": base % "stop", "values": good_values},
+            {"series": base % "error", "values": bad_values},
+        ]
+    total_values = f"0+{num(rate)}x{healthy_minutes + bad_minutes}"
+    if sli.kind == "histogram":
+        assert o.metric is not None and o.threshold_seconds is not None
+        family = LATENCY_HISTOGRAMS[o.metric][0]
+        le = repr(float(o.threshold_seconds))
+        return [
+            {"series": f'{family}_count{{model_name="{model}"}}', "values": total_values},
+            {"series": f'{family}_bucket{{model_name="{model}",le="{le}"}}', "values": good_values},
+        ]
+    labels = f'slo="{o.slo}",business_type="{bt.name}"'
+    return [
+        {"series": f"{conv.SLO_EVENTS}{{{labels}}}", "values": total_values},
+        {"series": f"{conv.SLO_GOOD_EVENTS}{{{labels}}}", "values": good_values},
+    ]
+
+
+def _ratio(minutes_bad: float, window_minutes: float, history_minutes: float, baseline: float) -> float:
+    """Error ratio over a window `minutes_bad` into an outage. A window longer than the data
+    holds the ratio of the data it has: rate() extrapolates bad and total events alike."""
+    span = min(window_minutes, history_minutes + minutes_bad)
+    bad = min(minutes_bad, span)
+    return (bad + (span - bad) * baseline) / span
+
+
+def _firing_pairs(
+    pairs: tuple[BurnPair, ...], o: Objective, m: int, history: int, baseline: float
+) -> list[BurnPair] | None:
+    """Pairs firing `m` minutes into a total outage after `history` healthy minutes, or None when
+    a pair is within the margin of its threshold at `m` (then another `m` is chosen)."""
+    out = []
+    for p in pairs:
+        limit = p.factor * o.error_budget
+        long_r = _ratio(m, p.long_seconds / 60, history, baseline)
+        short_r = _ratio(m, p.short_seconds / 60, history, baseline)
+        for r in (long_r, short_r):
+            if abs(r - limit) < MARGIN * limit:
+                return None
+        if long_r > limit and short_r > limit:
+            out.append(p)
+    return out
+
+
+def _alert(rule: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "exp_labels": {**rule["labels"], "alertname": rule["alert"]},
+        "exp_annotations": rule["annotations"],
+    }
+
+
+def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
+    """Four tests per burn-rate alert; evaluation times are multiples of `step_minutes`."""
+    alerts = burn_rate_alerts(rules)
+    tests: list[dict[str, Any]] = []
+    for bt, o, sli in objectives_with_sli(rules):
+        model = example_model(bt)
+        if model is None:
+            continue
+        mine = [a for a in alerts if a["labels"]["slo"] == o.slo]
+        baseline = o.error_budget / 10
+        page = min((p for p in rules.pairs if p.severity == "page"), key=lambda p: p.long_seconds)
+        if page.factor * o.error_budget >= 1:
+            continue  # a 100 % error rate cannot burn this budget that fast: nothing to test
+        # a full page long window and then some; longer windows see the history they have
+        history = int(max(p.long_seconds for p in rules.pairs if p.severity == "page") / 60) + 60
+        m, firing = step_minutes, None
+        while m < 24 * 60:
+            firing = _firing_pairs(rules.pairs, o, m, history, baseline)
+            if firing is not None and page in firing:
+                break
+            m += step_minutes
+        if firing is None:
+            continue
+        expected = [
+            _alert(a)
+            for a in mine
+            if any(
+                a["labels"]["long_window"] == window(p.long_seconds)
+                and a["labels"]["short_window"] == window(p.short_seconds)
+                and a["labels"]["severity"] == p.severity
+                for p in firing
+            )
+        ]
+        tests.append(
+            {
+                "name": f"{o.slo}: fires {m}m into an outage after {history // 60}h of healthy traffic",
+                "interval": "1m",
+                "input_series": _series(bt, o, sli, model, history, m + 5, RATE, baseline),
+                "promql_expr_test": [
+                    {
+                        "expr": f'round({error_ratio_record(page.short_seconds)}{{slo="{o.slo}"}}, 0.001)',
+                        "eval_time": f"{history + m}m",
+                        "exp_samples": [{"labels": f'{{business_type="{o.business_type}",slo="{o.slo}"}}', "value": 1}],
+                    }
+                ],
+                "alert_rule_test": [
+                    {"eval_time": f"{history + m}m", "alertname": o.alert_name, "exp_alerts": expected}
+                ],
+            }
+        )
+        # does not fire yet: the short window is hot, the long one is not (yet)
+        limit = page.factor * o.error_budget
+        hot = math.ceil(limit * page.short_seconds / 60 * (1 + MARGIN))
+        cool = math.floor(limit * page.long_seconds / 60 * (1 - MARGIN))
+        quick = max(step_minutes, math.ceil(hot / step_minutes) * step_minutes)
+        if quick > cool:
+            quick = step_minutes
+        # enough healthy history that no pair fires yet (long windows see the history they have)
+        short_history = int(page.long_seconds / 60) + 10
+        while _firing_pairs(rules.pairs, o, quick, short_history, baseline) != [] and short_history < 7 * 1440:
+            short_history *= 2
+        tests.append(
+            {
+                "name": f"{o.slo}: does not fire yet {quick}m into an outage",
+                "interval": "1m",
+                "input_series": _series(bt, o, sli, model, short_history, quick + 1, RATE, baseline),
+                "alert_rule_test": [
+                    {"eval_time": f"{short_history + quick}m", "alertname": o.alert_name, "exp_alerts": []}
+                ],
+            }
+        )
+        tests.append(
+            {
+                "name": f"{o.slo}: low traffic (below min_events) never pages, even all bad",
+                "interval": "1m",
+                "input_series": _series(
+                    bt, o, sli, model, short_history, 120, rules.min_events / 3 / (short_history + 120), baseline
+                ),
+                "alert_rule_test": [
+                    {"eval_time": f"{short_history + 120}m", "alertname": o.alert_name, "exp_alerts": []}
+                ],
+            }
+        )
+        tests.append(
+            {
+                "name": f"{o.slo}: healthy traffic never pages",
+                "interval": "1m",
+                "input_series": _series(bt, o, sli, model, short_history, 0, RATE, baseline),
+                "alert_rule_test": [{"eval_time": f"{short_history}m", "alertname": o.alert_name, "exp_alerts": []}],
+            }
+        )
+    return tests
+
+
+def threshold_tests(rules: SloRules) -> list[dict[str, Any]]:
+    """Fires and does-not-fire for the plain threshold alerts of the first business type."""
+    alerts = {(a["alert"], a["labels"]["business_type"]): a for a in threshold_alerts(rules)}
+    bt = next((b for b in rules.business_types if example_model(b)), None)
+    tests: list[dict[str, Any]] = []
+    if bt is None:
+        return tests
+    model = example_model(bt)
+    t = rules.thresholds
+
+    def case(
+        name: str,
+        series: list[dict[str, str]],
+        alert: str,
+        fires: bool,
+        at: str,
+        key: str | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        rule = alerts[(alert, key or bt.name)]
+        exp = (
+            [
+                {
+                    "exp_labels": {**rule["labels"], **(labels or {}), "alertname": alert},
+                    "exp_annotations": rule["annotations"],
+                }
+            ]
+            if fires
+            else []
+        )
+        tests.append(
+            {
+                "name": name,
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": exp}],
+            }
+        )
+
+    m = f'model_name="{model}"'
+    if t.queue_waiting is not None:
+        waiting = int(t.queue_waiting)
+        for value, fires in ((waiting * 2, True), (max(0, waiting - 1), False)):
+            case(
+                f"queue of {value} waiting {'fires' if fires else 'does not fire'}",
+                [{"series": f"vllm:num_requests_waiting{{{m}}}", "values": f"{value}x30"}],
+                "LLMSLOQueueBackingUp",
+                fires,
+                f"{int(t.queue_for_seconds / 60) + 5}m",
+            )
+    if t.kv_cache_usage is not None:
+        high = num(min(1.0, t.kv_cache_usage + 0.02))
+        for tokens, fires in (("0+100x30", True), ("500x30", False)):
+            what = "traffic fires" if fires else "no traffic is stale, does not fire"
+            case(
+                f"KV cache at {high} with {what}",
+                [
+                    {"series": f"vllm:kv_cache_usage_perc{{{m}}}", "values": f"{high}x30"},
+                    {"series": f"vllm:generation_tokens_total{{{m}}}", "values": tokens},
+                ],
+                "LLMSLOKVCacheNearlyFull",
+                fires,
+                f"{int(t.kv_cache_for_seconds / 60) + 10}m",
+            )
+    if t.error_ratio is not None:
+        bad_per_min = num(100 * t.error_ratio * 3)
+        for bad, fires in ((bad_per_min, True), ("0", False)):
+            case(
+                f"error ratio {'above' if fires else 'at zero'}",
+                [
+                    {
+                        "series": f'vllm:request_success_total{{{m},finished_reason="stop"}}',
+                        "values": "0+100x30",
+                    },
+                    {
+                        "series": f'vllm:request_success_total{{{m},finished_reason="error"}}',
+                        "values": f"0+{bad}x30",
+                    },
+                ],
+                "LLMSLOErrorRateHigh",
+                fires,
+                "20m",
+            )
+    if t.ttft_p95_seconds is not None:
+        family = "vllm:time_to_first_token_seconds_bucket"
+        bounds = [b for b in LATENCY_HISTOGRAMS["ttft"][1] if b > t.ttft_p95_seconds][:2]
+        for slow, fires in ((True, True), (False, False)):
+            series = [{"series": f'{family}{{{m},le="+Inf"}}', "values": "0+100x30"}]
+            for b in bounds:
+                series.append(
+                    {
+                        "series": f'{family}{{{m},le="{b!r}"}}',
+                        "values": "0+100x30" if not slow or b == bounds[-1] else "0+0x30",
+                    }
+                )
+            low = max(b for b in LATENCY_HISTOGRAMS["ttft"][1] if b <= t.ttft_p95_seconds)
+            series.append({"series": f'{family}{{{m},le="{low!r}"}}', "values": "0+0x30" if slow else "0+100x30"})
+            case(
+                f"p95 TTFT {'above' if fires else 'below'} {num(t.ttft_p95_seconds)} s",
+                series,
+                "LLMSLOTTFTP95High",
+                fires,
+                "20m",
+            )
+
+    def absent(name: str, series: list[dict[str, str]], missing: list[str]) -> None:
+        exp = [
+            {
+                "exp_labels": {**alerts[("LLMSLONoEngineMetrics", b)]["labels"], "alertname": "LLMSLONoEngineMetrics"},
+                "exp_annotations": alerts[("LLMSLONoEngineMetrics", b)]["annotations"],
+            }
+            for b in missing
+        ]
+        tests.append(
+            {
+                "name": name,
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [{"eval_time": "15m", "alertname": "LLMSLONoEngineMetrics", "exp_alerts": exp}],
+            }
+        )
+
+    names = [b.name for b in rules.business_types]
+    absent(
+        "no vLLM series at all: every business type's absent alert fires",
+        [{"series": 'up{job="other"}', "values": "1x30"}],
+        names,
+    )
+    absent(
+        f"vLLM series of {bt.name} present: only the others fire",
+        [{"series": f"vllm:num_requests_running{{{m}}}", "values": "1x30"}],
+        [n for n in names if n != bt.name],
+    )
+    down_for = int(t.target_down_for_seconds / 60)
+    target = {"job": rules.vllm_job, "instance": "10.0.0.7:8000"}
+    up = f'up{{job="{rules.vllm_job}",instance="10.0.0.7:8000"}}'
+    rule = alerts[("LLMSLOTargetDown", "all")]
+    annotations = {k: v.replace("{{ $labels.instance }}", target["instance"]) for k, v in rule["annotations"].items()}
+    tests.append(
+        {
+            "name": "a scrape target down fires",
+            "interval": "1m",
+            "input_series": [{"series": up, "values": f"1x5 0x{down_for + 10}"}],
+            "alert_rule_test": [
+                {
+                    "eval_time": f"{5 + down_for + 3}m",
+                    "alertname": "LLMSLOTargetDown",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**rule["labels"], **target, "alertname": "LLMSLOTargetDown"},
+                            "exp_annotations": annotations,
+                        }
+                    ],
+                }
+            ],
+        }
+    )
+    tests.append(
+        {
+            "name": "a scrape target up does not fire",
+            "interval": "1m",
+            "input_series": [{"series": up, "values": "1x30"}],
+            "alert_rule_test": [{"eval_time": "20m", "alertname": "LLMSLOTargetDown", "exp_alerts": []}],
+        }
+    )
+    return tests
+
+
+def test_files(rules: SloRules, rule_files: list[str]) -> dict[str, dict[str, Any]]:
+    step = 5
+    files = [f"../{f}" for f in rule_files]
+    # recorded SLIs first, then the alerts that read them, at every evaluation step
+    order = [g["name"] for g in recording_groups(rules)] + ["llmslo-slo-burn-rate", "llmslo-thresholds"]
+    return {
+        "tests/llmslo-burn-rate.test.yml": {
+            "rule_files": files,
+            "evaluation_interval": f"{step}m",
+            "group_eval_order": order,
+            "tests": burn_rate_tests(rules, step),
+        },
+        "tests/llmslo-thresholds.test.yml": {
+            "rule_files": files,
+            "evaluation_interval": "1m",
+            "group_eval_order": order,
+            "tests": threshold_tests(rules),
+        },
+    }
