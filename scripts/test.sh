@@ -12,6 +12,15 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[test]"
 
+# Debian's prometheus (promtool) and prometheus-alertmanager (amtool) for the rules tests.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-alertmanager >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's prometheus and prometheus-alertmanager"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends prometheus prometheus-alertmanager >/dev/null || true
+  fi
+fi
+
 if [ "$(id -u)" = "0" ] && command -v pg_ctlcluster >/dev/null 2>&1; then
   if ! (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then
     echo "starting the local PostgreSQL cluster"
@@ -24,5 +33,7 @@ echo "== ruff"
 .venv/bin/ruff format --check collector tests
 echo "== mypy (strict on collector/)"
 .venv/bin/mypy
+echo "== generated files up to date"
+.venv/bin/llmslo generate --check
 echo "== pytest"
 .venv/bin/python -m pytest --ignore=tests/benchmarks "$@"

@@ -1,0 +1,141 @@
+"""SLO evaluation on hand-made rollup rows, with hand-computed expectations."""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.rollup import Cell, Row, SeriesCell, SeriesIdent
+from collector.slo.evaluate import Events, burn, evaluate, events_for
+from collector.slo.spec import load_rules
+from collector.sources.vllm import Kind, SeriesKey
+
+BOUNDS = (0.5, 1.0, 2.5)
+NOW = 1_800_000_000.0  # a minute boundary + 0
+END = int(NOW // 60) * 60 + 60
+
+RULES = """\
+version: v1
+min_events: 30
+business_types:
+  chat:
+    models: ["chat-model"]
+    objectives:
+      - {name: ttft, sli: latency, metric: ttft, threshold: 1s, objective: 0.95}
+      - {name: slow, sli: latency, metric: ttft, threshold: 2s, objective: 0.95}
+      - {name: errors, sli: error_ratio, objective: 0.99}
+      - {name: goodput, sli: goodput, objective: 0.9}
+  batch:
+    models: ["batch-model"]
+    objectives:
+      - {name: throughput, sli: throughput, min_tokens_per_second: 10, slice: 5m, objective: 0.9}
+"""
+
+
+@pytest.fixture
+def rules(tmp_path):  # type: ignore[no-untyped-def]
+    p = tmp_path / "r.yaml"
+    p.write_text(RULES)
+    return load_rules(p).rules
+
+
+def ttft_row(minute_start: int, fast: float, mid: float, slow: float, model: str = "chat-model") -> Row:
+    """fast <= 0.5 s, mid in (1.0, 2.5], slow > 2.5 s (per-bucket counts, made cumulative)."""
+    cumulative = [fast, fast, fast + mid, fast + mid + slow]
+    ident = SeriesIdent(SeriesKey(model, "ttft"), Kind.HISTOGRAM, BOUNDS)
+    return Row(
+        minute_start,
+        60,
+        SeriesCell("t", ident, "", Cell(Kind.HISTOGRAM, value=cumulative[-1], buckets=cumulative, observed_seconds=60)),
+    )
+
+
+def success_row(minute_start: int, reason: str, n: float, model: str = "chat-model") -> Row:
+    ident = SeriesIdent(SeriesKey(model, "request_success", (("finished_reason", reason),)), Kind.COUNTER)
+    return Row(minute_start, 60, SeriesCell("t", ident, "", Cell(Kind.COUNTER, value=n, observed_seconds=60)))
+
+
+def tokens_row(minute_start: int, n: float, model: str = "batch-model") -> Row:
+    ident = SeriesIdent(SeriesKey(model, "generation_tokens"), Kind.COUNTER)
+    return Row(minute_start, 60, SeriesCell("t", ident, "", Cell(Kind.COUNTER, value=n, observed_seconds=60)))
+
+
+def status(statuses, slo: str):  # type: ignore[no-untyped-def]
+    return next(s for s in statuses if s.objective.slo == slo)
+
+
+def test_latency_events_at_a_bucket_bound_are_exact(rules) -> None:  # type: ignore[no-untyped-def]
+    o = next(o for o in rules.objectives if o.slo == "chat-ttft")
+    ev = events_for(o, [ttft_row(END - 60, 90, 8, 2)], END - 60, END)
+    assert (ev.good, ev.total, ev.exact) == (90, 100, True)
+    assert burn(ev, o) == pytest.approx(0.10 / 0.05)
+
+
+def test_latency_events_off_a_bound_are_interpolated_and_flagged(rules) -> None:  # type: ignore[no-untyped-def]
+    o = next(o for o in rules.objectives if o.slo == "chat-slow")
+    ev = events_for(o, [ttft_row(END - 60, 90, 9, 1)], END - 60, END)
+    assert not ev.exact
+    assert ev.good == pytest.approx(90 + 9 * (1.0 / 1.5))
+
+
+def test_error_budget_burn_and_pairs(rules) -> None:  # type: ignore[no-untyped-def]
+    rows = []
+    for i in range(60 * 6):  # six hours, 100 requests a minute, 0.5 % errors ...
+        start = END - 60 * (i + 1)
+        rows += [success_row(start, "stop", 99.5), success_row(start, "error", 0.5)]
+    for i in range(10):  # ... except the last ten minutes: 20 % errors
+        start = END - 60 * (i + 1)
+        rows[2 * i] = success_row(start, "stop", 80)
+        rows[2 * i + 1] = success_row(start, "error", 20)
+    statuses = evaluate(rules, rows, NOW)
+    st = status(statuses, "chat-errors")
+    five = st.windows[300.0].events
+    assert (five.good, five.total) == (400, 500)
+    assert st.burn_rate(300.0) == pytest.approx(0.2 / 0.01)
+    hour = st.windows[3600.0].events
+    assert hour.bad == pytest.approx(10 * 20 + 50 * 0.5)
+    assert st.burn_rate(3600.0) == pytest.approx((225 / 6000) / 0.01)  # 3.75x: below 14.4
+    firing = {(p.pair.severity, p.pair.long_seconds) for p in st.pairs if p.firing}
+    # 1h: 3.75 < 14.4; 6h: (200 + 350 * 0.5) / 36000 / 0.01 = 1.04 < 6; 1d and 3d hold 6 h of data: 1.04 > 1
+    assert firing == {("ticket", 259200.0)}
+    period_bad = 10 * 20 + 350 * 0.5
+    assert st.budget_remaining == pytest.approx(1 - (period_bad / 36000) / 0.01)
+
+
+def test_low_traffic_never_fires_and_idle_is_no_data(rules) -> None:  # type: ignore[no-untyped-def]
+    rows = [success_row(END - 60 * (i + 1), "error", 0.1) for i in range(120)]  # 12 events in 2 h, all bad
+    st = status(evaluate(rules, rows, NOW), "chat-errors")
+    assert st.burn_rate(3600.0) == pytest.approx(100.0)
+    assert not any(p.firing for p in st.pairs)
+    assert all("low traffic" in p.reason for p in st.pairs)
+    idle = status(evaluate(rules, [], NOW), "chat-errors")
+    assert idle.budget_remaining is None and idle.windows[3600.0].sli is None
+    assert all(p.reason == "no data" and not p.firing for p in idle.pairs)
+
+
+def test_objectives_needing_traces_report_no_data(rules) -> None:  # type: ignore[no-untyped-def]
+    st = status(evaluate(rules, [ttft_row(END - 60, 1, 1, 1)], NOW), "chat-goodput")
+    assert st.no_data_reason.startswith("needs trace ingestion") and st.budget_remaining is None
+
+
+def test_throughput_time_slices(rules) -> None:  # type: ignore[no-untyped-def]
+    rows = []
+    start = END - 3600
+    for minute in range(60):
+        t = start + 60 * minute
+        slice_index = minute // 5
+        if slice_index in (2, 3):
+            continue  # no batch traffic: no data, not bad
+        rate = 5 if slice_index == 7 else 20  # slice 7 is too slow
+        rows += [tokens_row(t, rate * 60), success_row(t, "stop", 1, model="batch-model")]
+    st = status(evaluate(rules, rows, NOW), "batch-throughput")
+    hour = st.windows[3600.0].events
+    assert (hour.good, hour.total) == (9, 10)
+
+
+def test_rows_of_other_models_are_ignored(rules) -> None:  # type: ignore[no-untyped-def]
+    st = status(evaluate(rules, [ttft_row(END - 60, 1, 99, 0, model="other-model")], NOW), "chat-ttft")
+    assert st.windows[300.0].events.total == 0
+
+
+def test_events_add() -> None:
+    assert Events(1, 2).plus(Events(3, 4, exact=False)) == Events(4, 6, exact=False)
