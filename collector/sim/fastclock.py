@@ -83,9 +83,11 @@ def run_into_store(
     scrape_interval: float = 15.0,
     version: str | None = None,
     settings: Settings | None = None,
+    on_scrape: Callable[[float, str, str | None], None] | None = None,
 ) -> FastRun:
     """Simulate `duration_seconds` on a virtual clock, scraping every replica every interval and
-    committing each scrape through the collector's ingestion with the virtual time as `now`."""
+    committing each scrape through the collector's ingestion with the virtual time as `now`.
+    `on_scrape(t, replica, body)` sees every body (None when the scrape failed)."""
     fleet = scenario.fleet()
     version = version or scenario.spec.vllm_version
     settings = settings or Settings(targets=targets_for(scenario))
@@ -99,5 +101,7 @@ def run_into_store(
         fleet.advance(t)
         for name, scraper in run.scrapers.items():
             body, error = scrape_body(fleet, name, t, version, settings.target_timeout(scraper.target))
+            if on_scrape is not None:
+                on_scrape(t, name, body)
             scraper.ingest(body, CONTENT_TYPE, fleet.start_unix + t, error)
     return run
