@@ -21,8 +21,15 @@ class BurnPair:
     factor: float
 
     def scaled(self, scale: float) -> BurnPair:
-        """The same pair with both windows scaled (tests shorten every window alike)."""
-        return BurnPair(self.severity, self.long_seconds * scale, self.short_seconds * scale, self.factor)
+        """The same pair with both windows scaled alike (tests shorten every window; whole seconds)."""
+        if scale == 1.0:
+            return self
+        return BurnPair(
+            self.severity,
+            float(max(1, round(self.long_seconds * scale))),
+            float(max(1, round(self.short_seconds * scale))),
+            self.factor,
+        )
 
 
 WORKBOOK = (

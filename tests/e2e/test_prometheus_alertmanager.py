@@ -1,0 +1,204 @@
+"""End to end with the real tools: the simulator and llmslo scraped by a real Prometheus running
+the generated rules, alerting a real Alertmanager whose webhook receiver is this test.
+
+Every window is scaled by 1/60 (1 h -> 1 min, 5 min -> 5 s) through the rules' one `window_scale`
+factor, never by changing what a rule means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+import yaml
+
+from collector.api.app import create_app
+from collector.config import Settings
+from collector.generate.alertmanager import alertmanager_config
+from collector.generate.files import generate
+from collector.runtime import Runtime
+from collector.sim.fastclock import targets_for
+from collector.sim.scenario import parse_scenario
+from collector.sim.server import Simulation
+from collector.slo.spec import load_rules
+from tests.conftest import require
+from tests.slo.test_alerts import Receiver, free_port, start_alertmanager
+
+ROOT = Path(__file__).resolve().parents[2]
+HEALTHY = (ROOT / "collector" / "data" / "scenario-healthy.yaml").read_text()
+SCALE = 1 / 60
+
+
+class QuietServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[no-untyped-def]
+        yield
+
+
+def scaled_rules(tmp_path: Path) -> Path:
+    text = (ROOT / "rules" / "default.yaml").read_text()
+    text = text.replace("evaluation_interval: 30s", f"evaluation_interval: 1s\nwindow_scale: {SCALE!r}")
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    return path
+
+
+class Stack:
+    """Simulator + llmslo (in this process) + Prometheus + Alertmanager (subprocesses)."""
+
+    def __init__(self, tmp_path: Path, scenario_text: str, receiver: Receiver) -> None:
+        self.tmp = tmp_path
+        self.scenario = parse_scenario(scenario_text, "e2e")
+        self.receiver = receiver
+        self.rules_path = scaled_rules(tmp_path)
+        self.rules = load_rules(self.rules_path).rules
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def start(self) -> None:
+        prometheus = shutil.which("prometheus")
+        require(prometheus is not None, "Debian's prometheus is not installed")
+        assert prometheus is not None
+        self.thread.start()
+        self.sim = Simulation(self.scenario)
+        asyncio.run_coroutine_threadsafe(self.sim.start(), self.loop).result(30)
+        llmslo_port = free_port()
+        settings = Settings.model_validate(
+            {
+                "data_dir": str(self.tmp),
+                "rules": str(self.rules_path),
+                "derive_interval": "5s",
+                "scrape": {"interval": "1s", "timeout": "900ms"},
+                "targets": [t.model_dump() for t in targets_for(self.scenario, lambda r: self.sim.url(r))],
+            }
+        )
+        runtime = Runtime(settings)
+        self.llmslo = QuietServer(
+            uvicorn.Config(create_app(settings, runtime), host="127.0.0.1", port=llmslo_port, log_level="warning")
+        )
+        self.llmslo_task = asyncio.run_coroutine_threadsafe(self.llmslo.serve(), self.loop)
+        for name, text in generate(self.rules).items():
+            if name.endswith(".rules.yml"):
+                (self.tmp / name).write_text(text)
+        am_port = free_port()
+        config = alertmanager_config(self.rules, webhook_base=self.receiver.base)
+        config["route"]["group_wait"] = "1s"
+        for route in config["route"]["routes"]:
+            route["group_wait"] = "1s"
+        self.procs.append(start_alertmanager(self.tmp, config, am_port))
+        prom_port = free_port()
+        vllm_targets = [self.sim.url(r).removeprefix("http://").removesuffix("/metrics") for r in self.sim.replicas]
+        prom_cfg = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(self.tmp / "llmslo-recording.rules.yml"), str(self.tmp / "llmslo-alerts.rules.yml")],
+            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+            "scrape_configs": [
+                {"job_name": "vllm", "static_configs": [{"targets": vllm_targets}]},
+                {"job_name": "llmslo", "static_configs": [{"targets": [f"127.0.0.1:{llmslo_port}"]}]},
+            ],
+        }
+        (self.tmp / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg))
+        self.prom_url = f"http://127.0.0.1:{prom_port}"
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    prometheus,
+                    f"--config.file={self.tmp / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={self.tmp / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{prom_port}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.prom_url}/-/ready", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.3)
+        raise AssertionError("Prometheus did not start")
+
+    def query(self, expr: str) -> list[dict[str, object]]:
+        result: list[dict[str, object]] = httpx.get(f"{self.prom_url}/api/v1/query", params={"query": expr}).json()[
+            "data"
+        ]["result"]
+        return result
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        self.llmslo.should_exit = True
+        with contextlib.suppress(Exception):
+            self.llmslo_task.result(15)
+        asyncio.run_coroutine_threadsafe(self.sim.stop(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.server.shutdown()
+
+
+def pages(receiver: Receiver) -> list[dict[str, object]]:
+    return [n for n in receiver.notifications if n["path"] == "/pager" and n.get("status") == "firing"]
+
+
+def run_stack(tmp_path: Path, scenario: str, receiver: Receiver, seconds: float, until_page: bool) -> Stack:
+    stack = Stack(tmp_path, scenario, receiver)
+    stack.start()
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not (until_page and pages(receiver)):
+            time.sleep(1)
+        stack.sli = stack.query('llmslo:slo_errors:ratio_rate1m{slo="chat-errors"}')  # type: ignore[attr-defined]
+        stack.up = stack.query('up{job="vllm"}')  # type: ignore[attr-defined]
+    finally:
+        stack.stop()
+    return stack
+
+
+def test_an_error_burst_pages_through_prometheus_and_alertmanager(tmp_path: Path, receiver: Receiver) -> None:
+    scenario = (
+        HEALTHY + "incidents:\n  - {kind: error_burst, start: 15s, duration: 10m, target: chat, error_ratio: 0.5}\n"
+    )
+    stack = run_stack(tmp_path, scenario, receiver, seconds=120, until_page=True)
+    got = pages(receiver)
+    assert got, f"no page arrived; SLI {stack.sli}"  # type: ignore[attr-defined]
+    alerts = [a for n in got for a in n["alerts"]]  # type: ignore[attr-defined]
+    assert {a["labels"]["slo"] for a in alerts} == {"chat-errors"}
+    assert {a["labels"]["severity"] for a in alerts} == {"page"}
+    # the page pairs, scaled: 1h/5m -> 1m/5s and 6h/30m -> 6m/30s
+    assert {(a["labels"]["long_window"], a["labels"]["short_window"]) for a in alerts} <= {("1m", "5s"), ("6m", "30s")}
+    assert all(a["annotations"]["runbook_url"].endswith("#llmslochaterrorsbudgetburn") for a in alerts)
+    assert {s["metric"]["instance"] for s in stack.up} and all(s["value"][1] == "1" for s in stack.up)  # type: ignore[attr-defined, index]
+
+
+def test_healthy_traffic_does_not_page(tmp_path: Path, receiver: Receiver) -> None:
+    stack = run_stack(tmp_path, HEALTHY, receiver, seconds=45, until_page=False)
+    assert pages(receiver) == []
+    assert stack.sli, "the SLI was never recorded: the rules select nothing"  # type: ignore[attr-defined]
+
+
+def test_low_traffic_does_not_page_even_when_every_request_fails(tmp_path: Path, receiver: Receiver) -> None:
+    scenario = HEALTHY.replace("requests_per_second: 3", "requests_per_second: 0.2") + (
+        "incidents:\n  - {kind: error_burst, start: 5s, duration: 10m, target: chat, error_ratio: 1.0}\n"
+    )
+    stack = run_stack(tmp_path, scenario, receiver, seconds=45, until_page=False)
+    assert pages(receiver) == []
+    assert stack.sli and float(stack.sli[0]["value"][1]) > 0.5  # type: ignore[attr-defined, index]
