@@ -302,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="listen address (default from config: 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default from config: 9464)")
     p.add_argument("--example", action="store_true", help="also start and scrape a bundled example vLLM target")
+    p.add_argument("--rules", help="SLO rules file or directory to evaluate (default from config: none)")
     p.set_defaults(func=cmd_serve)
 
     p = with_config(sub.add_parser("check-config", help="validate the configuration and print every problem"))

@@ -8,8 +8,11 @@ hit ratio and queue depth, as the collector computes them from its own scrapes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import time
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import uvicorn
@@ -25,15 +28,24 @@ from collector.runtime import Runtime
 from collector.sim.fastclock import targets_for
 from collector.sim.scenario import Scenario
 from collector.sim.server import Simulation
+from collector.slo.evaluate import SloStatus
 
-# The seeds' latency targets per business type, as p95 thresholds (seconds). The SLO engine
-# (rules/) will replace this table with error budgets; until then the view compares p95s.
+DEFAULT_RULES = Path(str(resources.files("collector").joinpath("data", "default-rules.yaml")))
+
+# The seeds' latency targets per business type as p95 thresholds (seconds), for the p95 column;
+# the SLO column shows the burn-rate alerts of the shipped rules (error budgets, not p95s).
 OBJECTIVES: dict[str, dict[str, float]] = {
     "chat": {"ttft": 1.0, "tpot": 0.066},
     "customer_service": {"ttft": 2.0, "tpot": 0.1},
     "code_completion": {"ttft": 0.5, "tpot": 0.05},
     "batch": {},
 }
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    report: ServingReport | None
+    slos: list[SloStatus]
 
 
 class _Server(uvicorn.Server):
@@ -62,7 +74,17 @@ def _cell(value: float | None, objective: float | None, unit: str = "s") -> Text
     )
 
 
-def render_view(report: ServingReport | None, sim: Simulation, base: str) -> Group:
+def _slo_cell(severity: str | None) -> Text:
+    if severity == "page":
+        return Text("PAGE", style="bold white on red")
+    if severity == "ticket":
+        return Text("ticket", style="yellow")
+    return Text("ok", style="green")
+
+
+def render_view(
+    report: ServingReport | None, sim: Simulation, base: str, alerts: dict[str, str] | None = None
+) -> Group:
     t = sim.now
     header = Text(
         f"llmslo demo   t = {int(t // 60)}:{int(t % 60):02d}   API {base}/api/v1/serving   "
@@ -84,8 +106,8 @@ def render_view(report: ServingReport | None, sim: Simulation, base: str) -> Gro
         )
     else:
         state = Text("healthy (no incident left in the scenario)", style="green")
-    table = Table(title="per business type, last minute (p95 / objective)")
-    for col in ("business type", "req/s", "TTFT p95", "TPOT p95", "cache hit", "waiting", "status"):
+    table = Table(title="per business type, last minute (p95 / objective); SLO = burn-rate alerts")
+    for col in ("business type", "req/s", "TTFT p95", "TPOT p95", "cache hit", "waiting", "p95s", "SLO"):
         table.add_column(col)
     if report is not None:
         for b in report.business_types:
@@ -102,7 +124,8 @@ def render_view(report: ServingReport | None, sim: Simulation, base: str) -> Gro
                 _cell(tpot, obj.get("tpot")),
                 f"{s.prefix_cache_hit_ratio:.0%}" if s.prefix_cache_hit_ratio is not None else "-",
                 f"{s.requests_waiting.last:.0f}" if s.requests_waiting else "-",
-                Text("BREACH", style="bold red") if breach else Text("ok", style="green"),
+                Text("over", style="bold red") if breach else Text("ok", style="green"),
+                _slo_cell((alerts or {}).get(b.business_type)),
             )
     return Group(header, state, table)
 
@@ -114,8 +137,8 @@ async def run_demo(
     data_dir: str = "./data",
     duration: float | None = None,
     live: bool = True,
-) -> ServingReport | None:
-    """Run until Ctrl-C (or `duration` seconds); returns the last report shown."""
+) -> DemoResult:
+    """Run until Ctrl-C (or `duration` seconds); returns the last report and SLO statuses."""
     sim = Simulation(scenario, host=host)
     await sim.start()
     targets = targets_for(scenario, lambda r: sim.url(r))
@@ -128,12 +151,15 @@ async def run_demo(
             "database_url": f"sqlite:///{db}",
             "server": {"host": host, "port": port},
             "windows": ["1m", "5m"],
+            "rules": str(DEFAULT_RULES),
             "derive_interval": "5s",
             "scrape": {"interval": "5s", "timeout": "4s"},
             "targets": [t.model_dump() for t in targets],
         }
     )
     runtime = Runtime(settings)
+    if runtime.rules is not None:  # a demo lasts minutes: evaluate every 5 s, not every 30 s
+        runtime.rules = dataclasses.replace(runtime.rules, evaluation_interval_seconds=5.0)
     server = _Server(
         uvicorn.Config(create_app(settings, runtime), host=host, port=port, log_level="warning", access_log=False)
     )
@@ -153,12 +179,18 @@ async def run_demo(
         ):
             while duration is None or time.monotonic() - started < duration:
                 report = await asyncio.to_thread(runtime.report, 60.0, time.time())
+                worst: dict[str, str] = {}
+                for inst in runtime.alerts.active():
+                    if inst.state == "firing":
+                        bt = inst.labels["business_type"]
+                        if worst.get(bt) != "page":
+                            worst[bt] = inst.labels["severity"]
                 if view is not None:
-                    view.update(render_view(report, sim, base))
+                    view.update(render_view(report, sim, base, worst))
                 await asyncio.sleep(2.0)
     finally:
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await serve_task
         await sim.stop()
-    return report
+    return DemoResult(report, list(runtime.slo_statuses))

@@ -156,8 +156,11 @@ def test_a_down_replica_refuses_connections_and_comes_back() -> None:
 
 def test_demo_runs_the_simulator_and_the_collector_together(tmp_path: Path) -> None:
     scenario = load_scenario("healthy")
-    report = asyncio.run(run_demo(scenario, port=0, data_dir=str(tmp_path), duration=14, live=False))
+    result = asyncio.run(run_demo(scenario, port=0, data_dir=str(tmp_path), duration=14, live=False))
+    report = result.report
     assert report is not None
+    ttft = next(s for s in result.slos if s.objective.slo == "chat-ttft")  # the shipped rules are evaluated
+    assert ttft.windows[300.0].events.total > 0
     types = {b.business_type: b.stats for b in report.business_types}
     assert set(types) == {"chat", "customer_service", "code_completion", "batch"}
     assert types["chat"].requests and types["chat"].latencies["ttft"].count > 0
