@@ -66,6 +66,31 @@ class TargetConfig(_Strict):
     models: dict[str, str] = Field(default_factory=dict)
     default_model: str = "unknown"
 
+    @field_validator("labels")
+    @classmethod
+    def _label_names(cls, v: dict[str, str]) -> dict[str, str]:
+        reserved = {
+            "target",
+            "model",
+            "business_type",
+            "window",
+            "quantile",
+            "estimated",
+            "finished_reason",
+            "reason",
+            "job",
+            "instance",
+        }
+        problems = []
+        for name in v:
+            if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name) or name.startswith("__"):
+                problems.append(f"{name!r} is not a valid Prometheus label name")
+            elif name in reserved:
+                problems.append(f"label {name!r} is set by llmslo itself; choose another name")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
+
     @field_validator("url")
     @classmethod
     def _http_url(cls, v: str) -> str:

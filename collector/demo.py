@@ -8,8 +8,8 @@ hit ratio and queue depth, as the collector computes them from its own scrapes.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 from importlib import resources

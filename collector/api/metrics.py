@@ -125,12 +125,14 @@ class LlmsloCollector(Collector):
 
     def _derived(self) -> Iterator[Metric]:
         families: dict[str, GaugeMetricFamily] = {}
+        # the targets' static labels (configuration `labels:`) go on their per-target series
+        static = sorted({k for t in self.runtime.targets.values() for k in t.labels})
 
         def fam(scope: str, suffix: str, doc: str, extra: list[str]) -> GaugeMetricFamily:
             name = scope + suffix
             if name not in families:
                 base = (
-                    [conv.LABEL_TARGET, conv.LABEL_MODEL, conv.LABEL_BUSINESS_TYPE]
+                    [conv.LABEL_TARGET, conv.LABEL_MODEL, conv.LABEL_BUSINESS_TYPE, *static]
                     if scope == conv.SCOPE_SERVING
                     else [conv.LABEL_BUSINESS_TYPE]
                 )
@@ -140,7 +142,9 @@ class LlmsloCollector(Collector):
         for window, report in sorted(self.runtime.snapshot.reports.items()):
             w = format_duration(window)
             for g in report.groups:
-                _emit(fam, conv.SCOPE_SERVING, [g.target, g.model, g.business_type, w], g.stats)
+                cfg = self.runtime.targets.get(g.target)
+                values = [cfg.labels.get(k, "") if cfg else "" for k in static]
+                _emit(fam, conv.SCOPE_SERVING, [g.target, g.model, g.business_type, *values, w], g.stats)
             for b in report.business_types:
                 _emit(fam, conv.SCOPE_BUSINESS, [b.business_type, w], b.stats)
         yield from families.values()

@@ -78,6 +78,7 @@ def burn_rate_alerts(rules: SloRules) -> list[Rule]:
                         "labels": {
                             "severity": pair.severity,
                             "business_type": o.business_type,
+                            "model": bt.model_regex,
                             "slo": o.slo,
                             "long_window": long_w,
                             "short_window": short_w,

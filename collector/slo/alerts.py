@@ -69,10 +69,12 @@ def alert_for(rules: SloRules, st: SloStatus, ps: PairState) -> tuple[str, dict[
     """Labels and annotations of one burn-rate alert instance (its identity is the labels)."""
     o = st.objective
     long_w, short_w = pair_label(ps)
+    bt = next(b for b in rules.business_types if b.name == o.business_type)
     labels = {
         "alertname": o.alert_name,
         "severity": ps.pair.severity,
         "business_type": o.business_type,
+        "model": bt.model_regex,
         "slo": o.slo,
         "long_window": long_w,
         "short_window": short_w,

@@ -60,7 +60,7 @@ data_dir: {tmp_path / "data"}
 derive_interval: 1s
 scrape: {{interval: 1s, timeout: 800ms}}
 targets:
-  - {{name: healthy, url: "{targets.url("/healthy")}", business_type: chat}}
+  - {{name: healthy, url: "{targets.url("/healthy")}", business_type: chat, labels: {{cluster: local}}}}
   - {{name: error, url: "{targets.url("/error")}"}}
   - {{name: timeout, url: "{targets.url("/timeout")}"}}
   - {{name: garbage, url: "{targets.url("/garbage")}"}}
@@ -121,6 +121,7 @@ targets:
             if s.labels["quantile"] == "0.95" and s.labels["window"] == "5m"
         ]
         assert len(p95) == 1 and 1.0 <= p95[0].value <= 2.5
+        assert p95[0].labels["cluster"] == "local"  # the target's static labels
         assert "llmslo_business_requests_per_second" in fams
         assert httpx.get(f"{base}/docs").status_code == 200
         assert "/api/v1/serving" in httpx.get(f"{base}/openapi.json").json()["paths"]

@@ -43,7 +43,8 @@ def test_shipped_defaults_pass_with_warnings_only_for_off_bucket_thresholds() ->
     assert "threshold 0.066s is not a bucket bound of vllm:request_time_per_output_token_seconds" in text
     assert "threshold 2s is not a bucket bound of vllm:time_to_first_token_seconds" in text
     assert "Only traces measure it exactly" in text
-    assert len(loaded.warnings) == 2
+    assert "batch.objectives[2]: needs the cost model" in text
+    assert len(loaded.warnings) == 3
 
 
 def test_packaged_default_rules_match_rules_dir() -> None:

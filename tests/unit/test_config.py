@@ -100,6 +100,17 @@ targets:
     assert "targets[2].timeout: 10s is longer than the scrape interval 5s" in text
 
 
+def test_static_labels_must_be_valid_and_not_llmslos_own(tmp_path: Path) -> None:
+    bad = """\
+targets:
+  - {name: a, url: "http://127.0.0.1:1/metrics", labels: {model: x, "bad-name": y}}
+"""
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, bad), environ={})
+    text = "\n".join(info.value.problems)
+    assert "targets[0].labels" in text and "'bad-name' is not a valid Prometheus label name" in text
+
+
 def test_env_problems_name_the_variable() -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(None, environ={"LLMSLO_SERVER__PORT": "not-a-port"})
