@@ -15,17 +15,6 @@ from collector.sim.exposition import VERSIONS
 from collector.sim.model import BusinessProfile, DeploymentSpec, Fleet, Incident, ModelSpec
 from collector.yamlfile import YamlProblem, describe_errors, line_of, parse_yaml_mapping
 
-INCIDENT_KINDS = (
-    "latency_regression",
-    "overload",
-    "prefix_cache_collapse",
-    "prompt_drift",
-    "error_burst",
-    "server_restart",
-    "replica_down",
-    "slow_metrics",
-    "malformed_metrics",
-)
 BUILTIN = ("demo", "healthy", "incidents")
 
 

@@ -152,7 +152,7 @@ class Stack:
 def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
-    r.server.shutdown()
+    r.close()
 
 
 def pages(receiver: Receiver) -> list[dict[str, object]]:

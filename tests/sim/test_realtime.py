@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -20,57 +17,43 @@ from collector.sim.scenario import load_scenario, parse_scenario
 from collector.sim.server import Simulation
 from collector.sim.spans import SpanEmitter
 from collector.sources.vllm import read_scrape
+from tests.receivers import PostRecorder
 
 HEALTHY = Path(__file__).resolve().parents[2] / "collector" / "data" / "scenario-healthy.yaml"
 
 
-class OtlpReceiver:
+class OtlpReceiver(PostRecorder):
     """A minimal OTLP/HTTP trace receiver: decodes ExportTraceServiceRequest protobuf bodies."""
-
-    def __init__(self) -> None:
-        self.spans: list[dict[str, object]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    body = gzip.decompress(body)
-                req = ExportTraceServiceRequest()
-                req.ParseFromString(body)
-                for rs in req.resource_spans:
-                    for ss in rs.scope_spans:
-                        for span in ss.spans:
-                            attrs = {a.key: a.value for a in span.attributes}
-                            receiver.spans.append(
-                                {
-                                    "name": span.name,
-                                    "attrs": attrs,
-                                    "start": span.start_time_unix_nano,
-                                    "end": span.end_time_unix_nano,
-                                }
-                            )
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        return f"{self.base}/v1/traces"
+
+    @property
+    def spans(self) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        for post in self.posts:
+            req = ExportTraceServiceRequest()
+            req.ParseFromString(post.body)
+            for rs in req.resource_spans:
+                for ss in rs.scope_spans:
+                    for span in ss.spans:
+                        out.append(
+                            {
+                                "name": span.name,
+                                "attrs": {a.key: a.value for a in span.attributes},
+                                "start": span.start_time_unix_nano,
+                                "end": span.end_time_unix_nano,
+                            }
+                        )
+        return out
 
 
 @pytest.fixture
 def receiver() -> Iterator[OtlpReceiver]:
     r = OtlpReceiver()
     yield r
-    r.server.shutdown()
+    r.close()
 
 
 def test_replicas_serve_metrics_and_an_openai_api_with_simulated_timing(receiver: OtlpReceiver) -> None:
@@ -130,7 +113,7 @@ def test_replicas_serve_metrics_and_an_openai_api_with_simulated_timing(receiver
 
 
 def test_a_down_replica_refuses_connections_and_comes_back() -> None:
-    text = HEALTHY.read_text() + "incidents:\n  - {kind: replica_down, start: 1s, duration: 2s, target: code-0}\n"
+    text = HEALTHY.read_text() + "incidents:\n  - {kind: replica_down, start: 4s, duration: 2s, target: code-0}\n"
     scenario = parse_scenario(text)
 
     async def run() -> list[str]:
@@ -140,7 +123,7 @@ def test_a_down_replica_refuses_connections_and_comes_back() -> None:
         try:
             url = sim.url("code-0")
             async with httpx.AsyncClient(timeout=2) as client:
-                for _ in range(40):
+                for _ in range(90):
                     try:
                         seen.append(str((await client.get(url)).status_code))
                     except httpx.ConnectError:

@@ -7,10 +7,8 @@ import json
 import shutil
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -24,6 +22,7 @@ from collector.slo.evaluate import evaluate
 from collector.slo.spec import SloRules, load_rules
 from collector.store.repository import Store
 from tests.conftest import require
+from tests.receivers import PostRecorder
 from tests.slo.test_evaluate import END, NOW, RULES, success_row
 
 
@@ -69,37 +68,19 @@ def test_lifecycle_is_persisted_and_survives_a_restart(rules: SloRules, store: S
     assert {i.state for i in resolved} == {"resolved"} and all(i.ends_at_unix == NOW + 60 for i in resolved)
 
 
-class Receiver:
-    """Alertmanager's webhook target: records every notification."""
-
-    def __init__(self) -> None:
-        self.notifications: list[dict[str, object]] = []
-        me = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                me.notifications.append({"path": self.path, **json.loads(body)})
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+class Receiver(PostRecorder):
+    """Alertmanager's webhook target: every notification, decoded."""
 
     @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+    def notifications(self) -> list[dict[str, object]]:
+        return [{"path": p.path, **json.loads(p.body)} for p in self.posts]
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
-    r.server.shutdown()
+    r.close()
 
 
 def start_alertmanager(tmp_path: Path, config: dict[str, object], port: int) -> subprocess.Popen[bytes]:
