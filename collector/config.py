@@ -116,6 +116,36 @@ class RetentionConfig(_Strict):
     compaction_interval: Duration = 300.0
 
 
+class ClassificationRule(_Strict):
+    """Trace classification: when `attribute` fully matches `pattern`, set business type and/or tenant.
+    Attributes are span or resource attributes; `model` is the normalised model name."""
+
+    attribute: str
+    pattern: str
+    business_type: str | None = None
+    tenant: str | None = None
+
+    @field_validator("pattern")
+    @classmethod
+    def _regex(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"invalid regular expression {v!r}: {exc}") from None
+        return v
+
+
+class TracesConfig(_Strict):
+    ingest_keys: list[str] = Field(default_factory=list, description="when set, OTLP requests need one of these")
+    key_header: str = "authorization"  # "authorization" expects `Bearer <key>`; any other header: the raw key
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    max_concurrent_batches: int = Field(4, ge=1)
+    dedupe_horizon: Duration = 24 * 3600.0
+    default_business_type: str = "unassigned"
+    classification: list[ClassificationRule] = Field(default_factory=list)
+    top_tenants: int = Field(20, ge=1)
+
+
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(9464, ge=0, le=65535)
@@ -128,6 +158,7 @@ class Settings(_Strict):
     server: ServerConfig = ServerConfig()
     scrape: ScrapeConfig = ScrapeConfig()
     retention: RetentionConfig = RetentionConfig()
+    traces: TracesConfig = TracesConfig()
     windows: list[Duration] = Field(default_factory=lambda: [60.0, 300.0, 3600.0], min_length=1)
     derive_interval: Duration = 15.0
     business_types: list[str] = Field(default_factory=lambda: list(DEFAULT_BUSINESS_TYPES))

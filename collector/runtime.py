@@ -24,6 +24,8 @@ from collector.slo.evaluate import SloStatus, evaluate, period_bounds
 from collector.slo.spec import SloRules, load_rules
 from collector.sources.scrape import TargetScraper
 from collector.store.repository import Store
+from collector.traces.service import TraceIngest
+from collector.traces.store import expire_span_ids
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -59,6 +61,7 @@ class Runtime:
         self.rules: SloRules | None = load_rules(settings.rules).rules if settings.rules else None
         self.alerts = AlertBook(self.store)
         self.slo_statuses: list[SloStatus] = []
+        self.traces = TraceIngest(self)
         self.started = False
         self.rng = random.Random()
         self.inflight: set[asyncio.Task[object]] = set()
@@ -154,6 +157,7 @@ class Runtime:
 
     def compact(self, now_unix: float) -> tuple[int, int]:
         r = self.settings.retention
+        expire_span_ids(self.store, now_unix - self.settings.traces.dedupe_horizon)
         return self.store.compact(now_unix, r.minute_rollups, r.hour_rollups)
 
     async def scrape_all_once(self) -> None:

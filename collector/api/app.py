@@ -14,17 +14,22 @@ from collector import __version__
 from collector.api.deps import RuntimeDep
 from collector.api.metrics import build_registry
 from collector.api.schemas import (
+    RequestSummaryResponse,
     ServingResponse,
     SlosResponse,
     TargetsResponse,
     alert_out,
+    engine_breakdown,
     report_out,
     slo_out,
+    summary_out,
     target_out,
 )
 from collector.config import Settings, format_duration, parse_duration
-from collector.runtime import Runtime
+from collector.runtime import Runtime, window_bounds
 from collector.scheduler import build_scheduler
+from collector.traces.store import read_requests
+from collector.traces.summary import summarize
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None, schedule: bool = True) -> FastAPI:
@@ -99,6 +104,33 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             raise HTTPException(422, f"window: {window!r} is not a whole number of minutes")
         report = await asyncio.to_thread(rt.report, seconds, rt.now(), target, model, business_type)
         return report_out(format_duration(seconds), report)
+
+    @app.post("/v1/traces", tags=["traces"], response_class=Response)
+    async def otlp_traces(rt: RuntimeDep, request: Request) -> Response:
+        """OTLP/HTTP trace export (protobuf or JSON, gzip or deflate)."""
+        return await rt.traces.handle(request)
+
+    @app.get("/api/v1/requests/summary", response_model=RequestSummaryResponse, tags=["traces"])
+    async def requests_summary(
+        rt: RuntimeDep,
+        window: str = "5m",
+        business_type: str | None = None,
+        tenant: str | None = None,
+        model: str | None = None,
+        measured_at: str | None = None,
+    ) -> RequestSummaryResponse:
+        try:
+            seconds = parse_duration(window)
+        except ValueError as exc:
+            raise HTTPException(422, f"window: {exc}") from None
+        if seconds % 60:
+            raise HTTPException(422, f"window: {window!r} is not a whole number of minutes")
+        now = rt.now()
+        start, end = window_bounds(now, seconds)
+        rows = await asyncio.to_thread(read_requests, rt.store, start, end)
+        summary = summarize(rows, business_type, tenant, model, measured_at)
+        report = await asyncio.to_thread(rt.report, seconds, now, None, model, business_type)
+        return summary_out(format_duration(seconds), start, end, summary, engine_breakdown(report))
 
     @app.get("/api/v1/slos", response_model=SlosResponse, tags=["slo"])
     async def slos(rt: RuntimeDep, business_type: str | None = None) -> SlosResponse:

@@ -9,6 +9,7 @@ import math
 
 from pydantic import BaseModel
 
+from collector import conventions as conv
 from collector.analytics.percentiles import QuantileEstimate
 from collector.analytics.serving import GaugeStats, LatencyStats, ServingReport, ServingStats
 from collector.config import format_duration
@@ -16,6 +17,7 @@ from collector.slo.alerts import AlertInstance
 from collector.slo.evaluate import SloStatus, WindowSli, burn
 from collector.slo.spec import Objective
 from collector.sources.scrape import TargetStatus
+from collector.traces.summary import RequestSummary
 
 
 class Quantile(BaseModel):
@@ -308,3 +310,88 @@ def alert_out(a: AlertInstance) -> Alert:
         delivered_state=a.delivered_state,
         delivery_attempts=a.attempts,
     )
+
+
+class RequestLatency(BaseModel):
+    count: int
+    mean_seconds: float | None
+    quantiles_seconds: dict[str, float]
+
+
+class EngineBreakdown(BaseModel):
+    """The engine's view of the same model and window (from the scraped vLLM histograms)."""
+
+    model: str
+    p50_seconds: dict[str, float]
+    p95_seconds: dict[str, float]
+
+
+class RequestSummaryResponse(BaseModel):
+    window: str
+    start_unix: int
+    end_unix: int
+    requests: int
+    errors: int
+    error_ratio: float | None
+    error_types: dict[str, int]
+    finish_reasons: dict[str, int]
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    cache_hit_ratio: float | None
+    goodput_ratio: float | None
+    good_ratio: dict[str, float]
+    latencies: dict[str, RequestLatency]
+    measured_at: list[str]
+    tenants: dict[str, int]
+    engine: list[EngineBreakdown]
+
+
+def summary_out(
+    window: str, start: int, end: int, s: RequestSummary, engine: list[EngineBreakdown]
+) -> RequestSummaryResponse:
+    return RequestSummaryResponse(
+        window=window,
+        start_unix=start,
+        end_unix=end,
+        requests=s.requests,
+        errors=s.errors,
+        error_ratio=s.error_ratio,
+        error_types=s.error_types,
+        finish_reasons=s.finish_reasons,
+        input_tokens=s.input_tokens,
+        cached_input_tokens=s.cached_input_tokens,
+        output_tokens=s.output_tokens,
+        cache_hit_ratio=s.cache_hit_ratio,
+        goodput_ratio=s.goodput_ratio,
+        good_ratio=s.good_ratio,
+        latencies={
+            k: RequestLatency(
+                count=v.count,
+                mean_seconds=v.mean_seconds,
+                quantiles_seconds={conv.quantile_label(q): x for q, x in v.quantiles.items()},
+            )
+            for k, v in s.latencies.items()
+        },
+        measured_at=list(s.measured_at),
+        tenants=s.tenants,
+        engine=engine,
+    )
+
+
+def engine_breakdown(report: ServingReport) -> list[EngineBreakdown]:
+    out = []
+    for g in report.groups:
+        p50: dict[str, float] = {}
+        p95: dict[str, float] = {}
+        for metric in ("ttft", "queue", "prefill", "decode", "tpot", "e2e"):
+            lat = g.stats.latencies.get(metric)
+            if lat is None:
+                continue
+            for q in lat.quantiles:
+                if q.quantile == 0.5:
+                    p50[metric] = q.value
+                elif q.quantile == 0.95:
+                    p95[metric] = q.value
+        out.append(EngineBreakdown(model=g.model, p50_seconds=p50, p95_seconds=p95))
+    return out

@@ -87,3 +87,25 @@ alerts = Table(
     Column("attempts", Integer, nullable=False, default=0),
     Column("next_attempt_unix", Float, nullable=False, default=0.0),
 )
+
+# Trace ingestion: the span ids already counted (deduplication of retried batches) ...
+span_ids = Table(
+    "llmslo_span_ids",
+    metadata,
+    Column("trace_id", String(32), primary_key=True),
+    Column("span_id", String(16), primary_key=True),
+    Column("seen_unix", Float, nullable=False),
+)
+Index("ix_llmslo_span_ids_seen", span_ids.c.seen_unix)
+
+# ... and per-minute request rollups (collector/traces/rollup.py, stored as JSON).
+request_rollups = Table(
+    "llmslo_request_rollups",
+    metadata,
+    Column("start_unix", Integer, primary_key=True),
+    Column("business_type", String(128), primary_key=True),
+    Column("model", String(512), primary_key=True),
+    Column("tenant", String(256), primary_key=True),
+    Column("measured_at", String(16), primary_key=True),
+    Column("data", Text, nullable=False),
+)

@@ -1,0 +1,154 @@
+"""OTLP/HTTP trace payloads: decoding at the edge (protobuf or JSON, gzip or deflate) into
+plain span records; the protobuf types never travel further in."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+AttrValue = str | int | float | bool | list[Any] | None
+
+
+class OtlpError(Exception):
+    """The request cannot be processed at all: `status` is the HTTP status to answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        self.message = message
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRecord:
+    trace_id: str  # hex
+    span_id: str  # hex
+    name: str
+    start_time_unix_nano: int
+    end_time_unix_nano: int
+    attributes: dict[str, AttrValue]
+    resource: dict[str, AttrValue]
+    events: tuple[tuple[str, int], ...]  # (name, time_unix_nano)
+    status_error: bool
+
+
+def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
+    encoding = (encoding or "identity").strip().lower()
+    try:
+        if encoding == "gzip":
+            data = gzip.GzipFile(fileobj=io.BytesIO(body)).read(limit + 1)
+        elif encoding == "deflate":
+            d = zlib.decompressobj()
+            data = d.decompress(body, limit + 1)
+        elif encoding == "identity":
+            data = body
+        else:
+            raise OtlpError(415, f"unsupported Content-Encoding {encoding!r} (gzip, deflate or none)")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise OtlpError(400, f"body is not valid {encoding}: {exc}") from None
+    if len(data) > limit:
+        raise OtlpError(413, f"decompressed body exceeds the limit of {limit} bytes")
+    return data
+
+
+def parse_request(body: bytes, content_type: str | None) -> ExportTraceServiceRequest:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    req = ExportTraceServiceRequest()
+    if media == PROTOBUF:
+        try:
+            req.ParseFromString(body)
+        except DecodeError as exc:
+            raise OtlpError(400, f"undecodable protobuf ExportTraceServiceRequest: {exc}") from None
+        return req
+    if media == JSON:
+        try:
+            data = json.loads(body)
+            json_format.ParseDict(_hex_ids_to_base64(data), req, ignore_unknown_fields=True)
+        except (ValueError, json_format.ParseError) as exc:
+            raise OtlpError(400, f"invalid OTLP JSON: {exc}") from None
+        return req
+    raise OtlpError(415, f"unsupported Content-Type {content_type!r}: want {PROTOBUF} or {JSON}")
+
+
+def _hex_ids_to_base64(data: Any) -> Any:
+    """OTLP/JSON writes trace and span ids as hex; protobuf's JSON mapping expects base64."""
+    if isinstance(data, dict):
+        out = {}
+        for k, v in data.items():
+            if k in ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id") and isinstance(
+                v, str
+            ):
+                try:
+                    out[k] = base64.b64encode(bytes.fromhex(v)).decode()
+                except ValueError:
+                    raise ValueError(f"{k} {v!r} is not hex") from None
+            else:
+                out[k] = _hex_ids_to_base64(v)
+        return out
+    if isinstance(data, list):
+        return [_hex_ids_to_base64(x) for x in data]
+    return data
+
+
+def _value(v: AnyValue) -> AttrValue:
+    kind = v.WhichOneof("value")
+    if kind == "string_value":
+        return v.string_value
+    if kind == "int_value":
+        return v.int_value
+    if kind == "double_value":
+        return v.double_value
+    if kind == "bool_value":
+        return v.bool_value
+    if kind == "array_value":
+        return [_value(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _value(kv.value) for kv in v.kvlist_value.values}  # type: ignore[return-value]
+    return None
+
+
+def spans_of(req: ExportTraceServiceRequest) -> list[SpanRecord]:
+    out: list[SpanRecord] = []
+    for rs in req.resource_spans:
+        resource = {a.key: _value(a.value) for a in rs.resource.attributes}
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                out.append(
+                    SpanRecord(
+                        trace_id=s.trace_id.hex(),
+                        span_id=s.span_id.hex(),
+                        name=s.name,
+                        start_time_unix_nano=s.start_time_unix_nano,
+                        end_time_unix_nano=s.end_time_unix_nano,
+                        attributes={a.key: _value(a.value) for a in s.attributes},
+                        resource=resource,
+                        events=tuple((e.name, e.time_unix_nano) for e in s.events),
+                        status_error=s.status.code == 2,
+                    )
+                )
+    return out
+
+
+def response(rejected: int, message: str, as_json: bool) -> tuple[bytes, str]:
+    """ExportTraceServiceResponse, with partial_success when spans were rejected."""
+    resp = ExportTraceServiceResponse()
+    if rejected:
+        resp.partial_success.rejected_spans = rejected
+        resp.partial_success.error_message = message
+    if as_json:
+        return json_format.MessageToJson(resp).encode(), JSON
+    return resp.SerializeToString(), PROTOBUF

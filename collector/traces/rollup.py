@@ -1,0 +1,138 @@
+"""Per-minute request rollups from trace records: mergeable counts, tokens, sketches, lengths."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from collector.rollup import period_start
+from collector.traces.normalize import RequestRecord
+from collector.traces.sketch import Sketch
+
+# token-length histogram bounds, log-spaced (for drift): 1, 2, 4, ... 2^20
+LENGTH_BOUNDS = tuple(float(2**i) for i in range(21))
+LATENCIES = ("ttft", "tpot", "e2e", "queue")
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyTarget:
+    """One latency objective a request is judged against (from the SLO rules)."""
+
+    slo: str
+    metric: str  # ttft | tpot | e2e | queue
+    threshold_seconds: float
+
+
+class RequestKey(NamedTuple):
+    start_unix: int
+    business_type: str
+    model: str
+    tenant: str
+    measured_at: str
+
+
+@dataclass(slots=True)
+class RequestCell:
+    total: int = 0
+    errors: int = 0
+    finish: dict[str, int] = field(default_factory=dict)
+    error_types: dict[str, int] = field(default_factory=dict)
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    good: dict[str, int] = field(default_factory=dict)  # slo -> requests under its threshold (and not failed)
+    jointly_good: int = 0  # requests meeting every latency objective of their business type at once
+    sketches: dict[str, Sketch] = field(default_factory=dict)
+    input_lengths: list[int] = field(default_factory=lambda: [0] * (len(LENGTH_BOUNDS) + 1))
+    output_lengths: list[int] = field(default_factory=lambda: [0] * (len(LENGTH_BOUNDS) + 1))
+
+    def add(self, r: RequestRecord, targets: Sequence[LatencyTarget]) -> None:
+        self.total += 1
+        self.finish[r.finish_reason] = self.finish.get(r.finish_reason, 0) + 1
+        if r.is_error:
+            self.errors += 1
+            self.error_types[r.error_type] = self.error_types.get(r.error_type, 0) + 1
+        self.input_tokens += r.input_tokens
+        self.cached_input_tokens += r.cached_input_tokens
+        self.output_tokens += r.output_tokens
+        values = {"ttft": r.ttft_seconds, "tpot": r.tpot_seconds, "e2e": r.e2e_seconds, "queue": r.queue_seconds}
+        for name in LATENCIES:
+            v = values[name]
+            if v is not None:
+                self.sketches.setdefault(name, Sketch()).add(v)
+        joint = bool(targets) and not r.is_error
+        for t in targets:
+            v = values.get(t.metric)
+            # TPOT is undefined for one-token outputs: such a request cannot miss a TPOT objective
+            ok = not r.is_error and (v <= t.threshold_seconds if v is not None else t.metric == "tpot")
+            if ok:
+                self.good[t.slo] = self.good.get(t.slo, 0) + 1
+            joint = joint and ok
+        if joint:
+            self.jointly_good += 1
+        self.input_lengths[bisect.bisect_left(LENGTH_BOUNDS, r.input_tokens)] += 1
+        self.output_lengths[bisect.bisect_left(LENGTH_BOUNDS, r.output_tokens)] += 1
+
+    def merge(self, o: RequestCell) -> None:
+        self.total += o.total
+        self.errors += o.errors
+        for mine, theirs in ((self.finish, o.finish), (self.error_types, o.error_types), (self.good, o.good)):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0) + v
+        self.input_tokens += o.input_tokens
+        self.cached_input_tokens += o.cached_input_tokens
+        self.output_tokens += o.output_tokens
+        self.jointly_good += o.jointly_good
+        for name, sk in o.sketches.items():
+            self.sketches.setdefault(name, Sketch()).merge(sk)
+        self.input_lengths = [a + b for a, b in zip(self.input_lengths, o.input_lengths, strict=True)]
+        self.output_lengths = [a + b for a, b in zip(self.output_lengths, o.output_lengths, strict=True)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "errors": self.errors,
+            "finish": self.finish,
+            "error_types": self.error_types,
+            "in": self.input_tokens,
+            "cached": self.cached_input_tokens,
+            "out": self.output_tokens,
+            "good": self.good,
+            "joint": self.jointly_good,
+            "sketches": {k: v.to_json() for k, v in self.sketches.items()},
+            "in_len": self.input_lengths,
+            "out_len": self.output_lengths,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RequestCell:
+        return cls(
+            d["total"],
+            d["errors"],
+            dict(d["finish"]),
+            dict(d["error_types"]),
+            d["in"],
+            d["cached"],
+            d["out"],
+            dict(d["good"]),
+            d["joint"],
+            {k: Sketch.from_json(v) for k, v in d["sketches"].items()},
+            list(d["in_len"]),
+            list(d["out_len"]),
+        )
+
+
+def aggregate(
+    records: Iterable[RequestRecord], targets_of: dict[str, list[LatencyTarget]]
+) -> dict[RequestKey, RequestCell]:
+    """Records -> minute cells keyed by (minute of the request's end, business type, model, tenant, clock)."""
+    cells: dict[RequestKey, RequestCell] = {}
+    for r in records:
+        key = RequestKey(period_start(r.end_unix), r.business_type, r.model, r.tenant, r.measured_at)
+        cell = cells.get(key)
+        if cell is None:
+            cell = cells[key] = RequestCell()
+        cell.add(r, targets_of.get(r.business_type, ()))
+    return cells

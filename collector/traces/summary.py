@@ -1,0 +1,82 @@
+"""Per-request analytics over a window: merged request cells -> counts, percentiles, goodput."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from collector.traces.rollup import LATENCIES, RequestCell, RequestKey
+
+QUANTILES = (0.5, 0.9, 0.95, 0.99)
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySummary:
+    count: int
+    mean_seconds: float | None
+    quantiles: dict[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSummary:
+    requests: int
+    errors: int
+    error_ratio: float | None
+    error_types: dict[str, int]
+    finish_reasons: dict[str, int]
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    cache_hit_ratio: float | None  # cached input / input (a ratio of sums)
+    goodput_ratio: float | None  # requests meeting every latency objective of their type at once
+    good_ratio: dict[str, float]  # per SLO
+    latencies: dict[str, LatencySummary]
+    measured_at: tuple[str, ...]
+    tenants: dict[str, int]
+
+
+def summarize(
+    rows: Iterable[tuple[RequestKey, RequestCell]],
+    business_type: str | None = None,
+    tenant: str | None = None,
+    model: str | None = None,
+    measured_at: str | None = None,
+) -> RequestSummary:
+    merged = RequestCell()
+    clocks: set[str] = set()
+    tenants: dict[str, int] = {}
+    for key, cell in rows:
+        if (
+            business_type not in (None, key.business_type)
+            or tenant not in (None, key.tenant)
+            or model not in (None, key.model)
+            or measured_at not in (None, key.measured_at)
+        ):
+            continue
+        merged.merge(cell)
+        clocks.add(key.measured_at)
+        tenants[key.tenant] = tenants.get(key.tenant, 0) + cell.total
+    latencies = {}
+    for name in LATENCIES:
+        sk = merged.sketches.get(name)
+        if sk is not None and sk.count:
+            latencies[name] = LatencySummary(
+                sk.count, sk.total / sk.count, {q: v for q in QUANTILES if (v := sk.quantile(q)) is not None}
+            )
+    n = merged.total
+    return RequestSummary(
+        requests=n,
+        errors=merged.errors,
+        error_ratio=merged.errors / n if n else None,
+        error_types=merged.error_types,
+        finish_reasons=merged.finish,
+        input_tokens=merged.input_tokens,
+        cached_input_tokens=merged.cached_input_tokens,
+        output_tokens=merged.output_tokens,
+        cache_hit_ratio=merged.cached_input_tokens / merged.input_tokens if merged.input_tokens else None,
+        goodput_ratio=merged.jointly_good / n if n and merged.good else None,
+        good_ratio={slo: g / n for slo, g in merged.good.items()} if n else {},
+        latencies=latencies,
+        measured_at=tuple(sorted(clocks)),
+        tenants=tenants,
+    )
