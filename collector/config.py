@@ -214,6 +214,8 @@ def load_settings(path: str | os.PathLike[str] | None = None, environ: Mapping[s
         if not var.startswith(ENV_PREFIX) or var == ENV_PREFIX + "CONFIG":
             continue
         keys = tuple(part.lower() for part in var[len(ENV_PREFIX) :].split("__"))
+        if keys[0] not in Settings.model_fields:
+            continue  # LLMSLO_* variables of other tools (LLMSLO_VLLM_ENV, ...) are not settings
         try:
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:

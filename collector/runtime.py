@@ -25,7 +25,7 @@ from collector.slo.spec import SloRules, load_rules
 from collector.sources.scrape import TargetScraper
 from collector.store.repository import Store
 from collector.traces.service import TraceIngest
-from collector.traces.store import expire_span_ids
+from collector.traces.store import expire_span_ids, read_requests
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -120,7 +120,7 @@ class Runtime:
             return []
         start, end = period_bounds(self.rules, now_unix)
         rows = self.store.read_rows(start, end, metrics=SLO_METRICS)
-        statuses = evaluate(self.rules, rows, now_unix)
+        statuses = evaluate(self.rules, rows, now_unix, read_requests(self.store, start, end))
         self.alerts.apply(self.rules, statuses, now_unix)
         self.slo_statuses = statuses
         return statuses

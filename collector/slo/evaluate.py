@@ -18,6 +18,7 @@ from collector.rollup import MINUTE_SECONDS, Cumulative, Row, SeriesIdent, perio
 from collector.slo.spec import BusinessType, Objective, SloRules
 from collector.slo.windows import BurnPair
 from collector.sources.vllm import Kind
+from collector.traces.rollup import RequestCell, RequestKey
 
 ERROR_REASONS = frozenset({"abort", "error"})
 NEEDS_TRACES = "needs trace ingestion (gateway spans)"
@@ -96,15 +97,22 @@ def windows_needed(rules: SloRules) -> list[float]:
     return sorted({s for p in rules.pairs for s in (p.long_seconds, p.short_seconds)})
 
 
-def evaluate(rules: SloRules, rows: Sequence[Row], now_unix: float) -> list[SloStatus]:
-    """Evaluate every objective of `rules` on the stored rows (which must cover the period)."""
+def evaluate(
+    rules: SloRules, rows: Sequence[Row], now_unix: float, request_rows: Sequence[tuple[RequestKey, RequestCell]] = ()
+) -> list[SloStatus]:
+    """Evaluate every objective of `rules` on the stored engine rows and trace request rows
+    (both must cover the period). Goodput and trace-sourced latency SLIs use the request rows."""
     end = period_start(now_unix) + MINUTE_SECONDS
     period_start_unix, _ = period_bounds(rules, now_unix)
     windows = windows_needed(rules)
     out: list[SloStatus] = []
     for bt in rules.business_types:
         mine = [r for r in rows if bt.matches(r.cell.ident.key.model)]
+        requests = [(k, c) for k, c in request_rows if k.business_type == bt.name]
         for objective in bt.objectives:
+            if objective.sli == "goodput" or (objective.sli == "latency" and objective.source == "traces"):
+                out.append(_evaluate_from_traces(rules, objective, requests, windows, end, period_start_unix, now_unix))
+                continue
             out.append(_evaluate_objective(rules, bt, objective, mine, windows, end, period_start_unix, now_unix))
     return out
 
@@ -119,11 +127,7 @@ def _evaluate_objective(
     period_start_unix: int,
     now_unix: float,
 ) -> SloStatus:
-    reason = ""
-    if o.sli == "goodput" or (o.sli == "latency" and o.source == "traces"):
-        reason = NEEDS_TRACES
-    elif o.sli == "cost_ceiling":
-        reason = NEEDS_COSTS
+    reason = NEEDS_COSTS if o.sli == "cost_ceiling" else ""
     per_window: dict[float, WindowSli] = {}
     for w in windows:
         start = end - int(w)
@@ -142,6 +146,35 @@ def _evaluate_objective(
     pairs = tuple(_pair_state(rules, o, p, per_window) for p in rules.pairs)
     exact = all(w.events.exact for w in per_window.values()) and period.events.exact
     return SloStatus(o, now_unix, per_window, period, remaining, pairs, reason, exact)
+
+
+def _trace_events(o: Objective, rows: Iterable[tuple[RequestKey, RequestCell]], start: int, end: int) -> Events:
+    """Per-request events: exact, whatever the threshold (no buckets involved)."""
+    good = total = 0
+    for key, cell in rows:
+        if start <= key.start_unix < end:
+            total += cell.total
+            good += cell.jointly_good if o.sli == "goodput" else cell.good.get(o.slo, 0)
+    return Events(float(good), float(total))
+
+
+def _evaluate_from_traces(
+    rules: SloRules,
+    o: Objective,
+    rows: list[tuple[RequestKey, RequestCell]],
+    windows: list[float],
+    end: int,
+    period_start_unix: int,
+    now_unix: float,
+) -> SloStatus:
+    per_window = {w: WindowSli(w, _trace_events(o, rows, end - int(w), end)) for w in windows}
+    period = WindowSli(end - period_start_unix, _trace_events(o, rows, period_start_unix, end))
+    remaining = None
+    if period.events.total > 0:
+        remaining = 1.0 - (period.events.bad / period.events.total) / o.error_budget
+    pairs = tuple(_pair_state(rules, o, p, per_window) for p in rules.pairs)
+    reason = "" if period.events.total > 0 else NEEDS_TRACES
+    return SloStatus(o, now_unix, per_window, period, remaining, pairs, reason, True)
 
 
 def _inside(row: Row, start: int, end: int) -> bool:

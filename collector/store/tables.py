@@ -97,6 +97,7 @@ span_ids = Table(
     Column("seen_unix", Float, nullable=False),
 )
 Index("ix_llmslo_span_ids_seen", span_ids.c.seen_unix)
+Index("ix_llmslo_span_ids_span", span_ids.c.span_id)
 
 # ... and per-minute request rollups (collector/traces/rollup.py, stored as JSON).
 request_rollups = Table(

@@ -104,16 +104,13 @@ def _hex_ids_to_base64(data: Any) -> Any:
     return data
 
 
+_SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value"})
+
+
 def _value(v: AnyValue) -> AttrValue:
     kind = v.WhichOneof("value")
-    if kind == "string_value":
-        return v.string_value
-    if kind == "int_value":
-        return v.int_value
-    if kind == "double_value":
-        return v.double_value
-    if kind == "bool_value":
-        return v.bool_value
+    if kind in _SCALARS:
+        return getattr(v, kind)  # type: ignore[no-any-return]
     if kind == "array_value":
         return [_value(x) for x in v.array_value.values]
     if kind == "kvlist_value":

@@ -25,18 +25,14 @@ def ingest(
         return 0
     with _write_lock, store.engine.begin() as conn:
         ids = {(r.trace_id, r.span_id) for r in records}
+        # look up by span id alone (one indexed column, a statement compiled once), then match pairs
+        span_list = sorted({s for _, s in ids})
         seen: set[tuple[str, str]] = set()
-        pairs = sorted(ids)
-        for i in range(0, len(pairs), 400):
-            chunk = pairs[i : i + 400]
-            seen.update(
-                (row.trace_id, row.span_id)
-                for row in conn.execute(
-                    select(span_ids.c.trace_id, span_ids.c.span_id).where(
-                        tuple_(span_ids.c.trace_id, span_ids.c.span_id).in_(chunk)
-                    )
-                )
+        for i in range(0, len(span_list), 900):
+            found = conn.execute(
+                select(span_ids.c.trace_id, span_ids.c.span_id).where(span_ids.c.span_id.in_(span_list[i : i + 900]))
             )
+            seen.update((row.trace_id, row.span_id) for row in found if (row.trace_id, row.span_id) in ids)
         fresh: list[RequestRecord] = []
         taken: set[tuple[str, str]] = set()
         for r in records:

@@ -139,3 +139,44 @@ def test_rows_of_other_models_are_ignored(rules) -> None:  # type: ignore[no-unt
 
 def test_events_add() -> None:
     assert Events(1, 2).plus(Events(3, 4, exact=False)) == Events(4, 6, exact=False)
+
+
+def test_goodput_and_trace_latency_come_from_request_rollups(rules) -> None:  # type: ignore[no-untyped-def]
+    from collector.traces.normalize import RequestRecord
+    from collector.traces.rollup import LatencyTarget, aggregate
+
+    def rec(i: int, ttft: float, error: str = "") -> RequestRecord:
+        return RequestRecord(
+            f"{i:032x}",
+            f"{i:016x}",
+            END - 90,
+            END - 70,
+            "gateway",
+            "chat-model",
+            "chat",
+            "t",
+            10,
+            0,
+            20,
+            ttft,
+            0.02,
+            1.0,
+            None,
+            "stop",
+            error,
+        )
+
+    records = (
+        [rec(i, 0.5) for i in range(90)]
+        + [rec(100 + i, 1.5) for i in range(8)]
+        + [rec(200, 0.2, "timeout"), rec(201, 0.2, "timeout")]
+    )
+    targets = {"chat": [LatencyTarget("chat-ttft", "ttft", 1.0)]}
+    cells = list(aggregate(records, targets).items())
+    statuses = evaluate(rules, [], NOW, cells)
+    goodput = status(statuses, "chat-goodput")
+    five = goodput.windows[300.0].events
+    assert (five.good, five.total) == (90, 100)  # 8 too slow, 2 failed: not good at once
+    assert goodput.no_data_reason == "" and goodput.exact
+    assert goodput.burn_rate(300.0) == pytest.approx(0.10 / 0.10)
+    assert status(evaluate(rules, [], NOW), "chat-goodput").no_data_reason.startswith("needs trace ingestion")

@@ -111,6 +111,11 @@ targets:
     assert "targets[0].labels" in text and "'bad-name' is not a valid Prometheus label name" in text
 
 
+def test_other_llmslo_variables_are_not_settings() -> None:
+    env = {"LLMSLO_VLLM_ENV": "/x", "LLMSLO_BENCH_SECONDS": "5", "LLMSLO_SERVER__PORT": "1"}
+    assert load_settings(None, environ=env).server.port == 1
+
+
 def test_env_problems_name_the_variable() -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(None, environ={"LLMSLO_SERVER__PORT": "not-a-port"})
