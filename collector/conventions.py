@@ -91,6 +91,18 @@ def quantile_label(q: float) -> str:
     return f"{q:.4f}".rstrip("0").rstrip(".")
 
 
+# --- trace ingestion and per-request series (bounded tenant cardinality) ---------------------
+LABEL_TENANT: Final = "tenant"
+LABEL_RESULT: Final = "result"
+LABEL_STATUS: Final = "status"
+LABEL_MEASURED_AT: Final = "measured_at"
+OTHER_TENANTS: Final = "other"
+TRACE_SPANS_TOTAL: Final = PREFIX + "trace_spans_total"
+TRACE_REQUESTS_TOTAL: Final = PREFIX + "trace_export_requests_total"
+REQUESTS_SEEN: Final = PREFIX + "requests"  # per window, from traces
+REQUESTS_TTFT: Final = PREFIX + "requests_ttft_seconds"
+REQUESTS_GOODPUT: Final = PREFIX + "requests_goodput_ratio"
+
 # --- SLOs -----------------------------------------------------------------------------------
 LABEL_SLO: Final = "slo"
 LABEL_SEVERITY: Final = "severity"

@@ -16,6 +16,7 @@ from typing import ParamSpec
 
 import httpx
 
+from collector import conventions as conv
 from collector.analytics.serving import ServingReport, build_report
 from collector.config import Settings, TargetConfig
 from collector.rollup import MINUTE_SECONDS, period_start
@@ -24,8 +25,10 @@ from collector.slo.evaluate import SloStatus, evaluate, period_bounds
 from collector.slo.spec import SloRules, load_rules
 from collector.sources.scrape import TargetScraper
 from collector.store.repository import Store
+from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.service import TraceIngest
-from collector.traces.store import expire_span_ids, read_requests
+from collector.traces.store import compact_requests, expire_span_ids, read_requests
+from collector.traces.summary import RequestSummary, summarize
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -62,6 +65,7 @@ class Runtime:
         self.alerts = AlertBook(self.store)
         self.slo_statuses: list[SloStatus] = []
         self.traces = TraceIngest(self)
+        self.request_snapshot: dict[tuple[float, str, str], RequestSummary] = {}
         self.started = False
         self.rng = random.Random()
         self.inflight: set[asyncio.Task[object]] = set()
@@ -153,11 +157,32 @@ class Runtime:
     def refresh_snapshot(self, now_unix: float) -> Snapshot:
         reports = {w: self.report(w, now_unix) for w in self.settings.windows}
         self.snapshot = Snapshot(now_unix, reports)
+        self.request_snapshot = self._request_summaries(now_unix)
         return self.snapshot
+
+    def _request_summaries(self, now_unix: float) -> dict[tuple[float, str, str], RequestSummary]:
+        """Per window, business type and tenant; only the top tenants by requests keep their name."""
+        out: dict[tuple[float, str, str], RequestSummary] = {}
+        top_n = self.settings.traces.top_tenants
+        for w in self.settings.windows:
+            start, end = window_bounds(now_unix, w)
+            rows = read_requests(self.store, start, end)
+            volume: dict[str, int] = {}
+            for key, cell in rows:
+                volume[key.tenant] = volume.get(key.tenant, 0) + cell.total
+            top = set(sorted(volume, key=lambda t: (-volume[t], t))[:top_n])
+            grouped: dict[tuple[str, str], list[tuple[RequestKey, RequestCell]]] = {}
+            for key, cell in rows:
+                tenant = key.tenant if key.tenant in top else conv.OTHER_TENANTS
+                grouped.setdefault((key.business_type, tenant), []).append((key, cell))
+            for (business_type, tenant), members in grouped.items():
+                out[(w, business_type, tenant)] = summarize(members)
+        return out
 
     def compact(self, now_unix: float) -> tuple[int, int]:
         r = self.settings.retention
         expire_span_ids(self.store, now_unix - self.settings.traces.dedupe_horizon)
+        compact_requests(self.store, now_unix, r.minute_rollups, r.hour_rollups)
         return self.store.compact(now_unix, r.minute_rollups, r.hour_rollups)
 
     async def scrape_all_once(self) -> None:

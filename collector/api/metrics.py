@@ -35,6 +35,46 @@ class LlmsloCollector(Collector):
         yield from self._self_metrics()
         yield from self._derived()
         yield from self._slos()
+        yield from self._traces()
+
+    def _traces(self) -> Iterator[Metric]:
+        t = self.runtime.traces
+        spans = CounterMetricFamily(
+            conv.TRACE_SPANS_TOTAL, "Spans received over OTLP, by what became of them.", labels=[conv.LABEL_RESULT]
+        )
+        for result in ("accepted", "duplicate", "rejected", "ignored"):
+            spans.add_metric([result], float(t.spans.get(result, 0)))
+        calls = CounterMetricFamily(
+            conv.TRACE_REQUESTS_TOTAL, "OTLP export requests, by HTTP status.", labels=[conv.LABEL_STATUS]
+        )
+        for status, n in sorted(t.requests.items()):
+            calls.add_metric([status], float(n))
+        yield from (spans, calls)
+        snap = self.runtime.request_snapshot
+        if not snap:
+            return
+        base = [conv.LABEL_BUSINESS_TYPE, conv.LABEL_TENANT, conv.LABEL_WINDOW]
+        seen = GaugeMetricFamily(
+            conv.REQUESTS_SEEN,
+            'Requests seen in traces over the window (top tenants, the rest as tenant="other").',
+            labels=base,
+        )
+        ttft = GaugeMetricFamily(
+            conv.REQUESTS_TTFT,
+            "Per-request TTFT quantile from traces (sketch, <= 1 % error).",
+            labels=[*base, conv.LABEL_QUANTILE],
+        )
+        goodput = GaugeMetricFamily(
+            conv.REQUESTS_GOODPUT, "Share of requests meeting every latency objective at once.", labels=base
+        )
+        for (window, business_type, tenant), s in sorted(snap.items()):
+            labels = [business_type, tenant, format_duration(window)]
+            seen.add_metric(labels, float(s.requests))
+            for q, v in s.latencies["ttft"].quantiles.items() if "ttft" in s.latencies else ():
+                ttft.add_metric([*labels, conv.quantile_label(q)], v)
+            if s.goodput_ratio is not None:
+                goodput.add_metric(labels, s.goodput_ratio)
+        yield from (seen, ttft, goodput)
 
     def _slos(self) -> Iterator[Metric]:
         rt = self.runtime

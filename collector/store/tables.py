@@ -104,6 +104,7 @@ request_rollups = Table(
     "llmslo_request_rollups",
     metadata,
     Column("start_unix", Integer, primary_key=True),
+    Column("period_seconds", Integer, primary_key=True),  # 60, or 3600 after compaction
     Column("business_type", String(128), primary_key=True),
     Column("model", String(512), primary_key=True),
     Column("tenant", String(256), primary_key=True),

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import delete, select, tuple_
 
+from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS
 from collector.store.repository import Store, upsert
 from collector.store.tables import request_rollups, span_ids
 from collector.traces.normalize import RequestRecord
@@ -51,13 +52,14 @@ def ingest(
             key_chunk = cell_keys[i : i + 200]
             for row in conn.execute(
                 select(request_rollups).where(
+                    request_rollups.c.period_seconds == MINUTE_SECONDS,
                     tuple_(
                         request_rollups.c.start_unix,
                         request_rollups.c.business_type,
                         request_rollups.c.model,
                         request_rollups.c.tenant,
                         request_rollups.c.measured_at,
-                    ).in_([tuple(k) for k in key_chunk])
+                    ).in_([tuple(k) for k in key_chunk]),
                 )
             ):
                 existing[RequestKey(row.start_unix, row.business_type, row.model, row.tenant, row.measured_at)] = (
@@ -69,16 +71,24 @@ def ingest(
             if have is not None:
                 have.merge(cell)
                 cell = have
-            rows.append({**key._asdict(), "data": json.dumps(cell.to_json(), separators=(",", ":"))})
-        upsert(conn, request_rollups, rows, list(RequestKey._fields), ["data"])
+            rows.append(
+                {
+                    **key._asdict(),
+                    "period_seconds": MINUTE_SECONDS,
+                    "data": json.dumps(cell.to_json(), separators=(",", ":")),
+                }
+            )
+        upsert(conn, request_rollups, rows, [*RequestKey._fields, "period_seconds"], ["data"])
     return len(fresh)
 
 
 def read_requests(store: Store, start_unix: int, end_unix: int) -> list[tuple[RequestKey, RequestCell]]:
+    """Cells lying wholly inside [start, end): minutes, and hours after compaction."""
     with store.engine.connect() as conn:
         rows = conn.execute(
             select(request_rollups).where(
-                request_rollups.c.start_unix >= start_unix, request_rollups.c.start_unix < end_unix
+                request_rollups.c.start_unix >= start_unix,
+                request_rollups.c.start_unix < end_unix,
             )
         )
         return [
@@ -87,7 +97,65 @@ def read_requests(store: Store, start_unix: int, end_unix: int) -> list[tuple[Re
                 RequestCell.from_json(json.loads(r.data)),
             )
             for r in rows
+            if r.period_seconds == MINUTE_SECONDS or r.start_unix + r.period_seconds <= end_unix
         ]
+
+
+def compact_requests(store: Store, now_unix: float, minute_retention: float, hour_retention: float) -> int:
+    """Merge request minutes of whole hours older than the minute retention into hour rows;
+    drop hour rows past their retention. Returns the minute rows compacted."""
+    cutoff = int((now_unix - minute_retention) // HOUR_SECONDS) * HOUR_SECONDS
+    with _write_lock, store.engine.begin() as conn:
+        rows = conn.execute(
+            select(request_rollups).where(
+                request_rollups.c.period_seconds == MINUTE_SECONDS, request_rollups.c.start_unix < cutoff
+            )
+        ).all()
+        hours: dict[tuple[int, str, str, str, str], RequestCell] = {}
+        for r in rows:
+            key = (r.start_unix // HOUR_SECONDS * HOUR_SECONDS, r.business_type, r.model, r.tenant, r.measured_at)
+            cell = RequestCell.from_json(json.loads(r.data))
+            if key in hours:
+                hours[key].merge(cell)
+            else:
+                hours[key] = cell
+        for key, cell in hours.items():
+            have = conn.execute(
+                select(request_rollups.c.data).where(
+                    request_rollups.c.period_seconds == HOUR_SECONDS,
+                    request_rollups.c.start_unix == key[0],
+                    request_rollups.c.business_type == key[1],
+                    request_rollups.c.model == key[2],
+                    request_rollups.c.tenant == key[3],
+                    request_rollups.c.measured_at == key[4],
+                )
+            ).scalar()
+            if have is not None:
+                cell.merge(RequestCell.from_json(json.loads(have)))
+            upsert(
+                conn,
+                request_rollups,
+                [
+                    {
+                        "start_unix": key[0],
+                        "period_seconds": HOUR_SECONDS,
+                        "business_type": key[1],
+                        "model": key[2],
+                        "tenant": key[3],
+                        "measured_at": key[4],
+                        "data": json.dumps(cell.to_json(), separators=(",", ":")),
+                    }
+                ],
+                [*RequestKey._fields, "period_seconds"],
+                ["data"],
+            )
+        conn.execute(
+            delete(request_rollups).where(
+                request_rollups.c.period_seconds == MINUTE_SECONDS, request_rollups.c.start_unix < cutoff
+            )
+        )
+        conn.execute(delete(request_rollups).where(request_rollups.c.start_unix < now_unix - hour_retention))
+    return len(rows)
 
 
 def expire_span_ids(store: Store, older_than_unix: float) -> int:

@@ -1,0 +1,43 @@
+"""Request rollups on both databases: deduplication, windows, compaction into hours."""
+
+from __future__ import annotations
+
+from collector.store.repository import Store
+from collector.traces.normalize import RequestRecord
+from collector.traces.rollup import LatencyTarget
+from collector.traces.store import compact_requests, ingest, read_requests
+from collector.traces.summary import summarize
+
+T0 = 1_800_000_000 - 1_800_000_000 % 3600  # an hour boundary
+TARGETS = {"chat": [LatencyTarget("chat-ttft", "ttft", 1.0)]}
+
+
+def rec(i: int, end: float, ttft: float = 0.5, tenant: str = "acme") -> RequestRecord:
+    return RequestRecord(f"{i:032x}", f"{i:016x}", end - 2, end, "gateway", "m", "chat", tenant, 100, 40, 10, ttft,
+                         0.02, 2.0, None, "stop", "")
+
+
+def test_duplicates_within_and_across_batches_count_once(store: Store) -> None:
+    batch = [rec(1, T0 + 10), rec(2, T0 + 20), rec(1, T0 + 10)]
+    assert ingest(store, batch, TARGETS, T0) == 2
+    assert ingest(store, batch, TARGETS, T0) == 0
+    s = summarize(read_requests(store, T0, T0 + 60))
+    assert s.requests == 2 and s.input_tokens == 200 and s.cache_hit_ratio == 0.4
+    assert s.good_ratio == {"chat-ttft": 1.0}
+
+
+def test_compaction_into_hours_keeps_totals_and_percentiles(store: Store) -> None:
+    records = [rec(i, T0 + i * 3.0, ttft=0.1 + (i % 50) / 100, tenant=("a", "b")[i % 2]) for i in range(2400)]
+    for i in range(0, len(records), 500):
+        ingest(store, records[i : i + 500], TARGETS, T0)
+    end = T0 + 2 * 3600
+    before = summarize(read_requests(store, T0, end))
+    assert before.requests == 2400
+    compacted = compact_requests(store, now_unix=end + 3600, minute_retention=3600, hour_retention=86400 * 30)
+    assert compacted > 0
+    after = summarize(read_requests(store, T0, end))
+    assert after.requests == before.requests and after.tenants == before.tenants
+    assert after.latencies["ttft"].quantiles == before.latencies["ttft"].quantiles
+    assert after.good_ratio == before.good_ratio
+    # an hour row counts only in windows that hold the whole hour
+    assert summarize(read_requests(store, T0 + 1800, end)).requests == 1200
