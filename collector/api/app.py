@@ -32,6 +32,17 @@ from collector.traces.store import read_requests
 from collector.traces.summary import summarize
 
 
+def window_seconds(window: str) -> float:
+    """A `window` query parameter: a duration of whole minutes, else 422 naming the problem."""
+    try:
+        seconds = parse_duration(window)
+    except ValueError as exc:
+        raise HTTPException(422, f"window: {exc}") from None
+    if seconds % 60:
+        raise HTTPException(422, f"window: {window!r} is not a whole number of minutes")
+    return seconds
+
+
 def create_app(settings: Settings, runtime: Runtime | None = None, schedule: bool = True) -> FastAPI:
     """Build the app. With `schedule`, the lifespan starts scraping, deriving and compaction."""
 
@@ -96,12 +107,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         model: str | None = None,
         business_type: str | None = None,
     ) -> ServingResponse:
-        try:
-            seconds = parse_duration(window)
-        except ValueError as exc:
-            raise HTTPException(422, f"window: {exc}") from None
-        if seconds % 60:
-            raise HTTPException(422, f"window: {window!r} is not a whole number of minutes")
+        seconds = window_seconds(window)
         report = await asyncio.to_thread(rt.report, seconds, rt.now(), target, model, business_type)
         return report_out(format_duration(seconds), report)
 
@@ -113,18 +119,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
     @app.get("/api/v1/requests/summary", response_model=RequestSummaryResponse, tags=["traces"])
     async def requests_summary(
         rt: RuntimeDep,
-        window: str = "5m",
+        window: Annotated[str, Query(description="window length, whole minutes: 1m, 5m, 1h")] = "5m",
         business_type: str | None = None,
         tenant: str | None = None,
         model: str | None = None,
         measured_at: str | None = None,
     ) -> RequestSummaryResponse:
-        try:
-            seconds = parse_duration(window)
-        except ValueError as exc:
-            raise HTTPException(422, f"window: {exc}") from None
-        if seconds % 60:
-            raise HTTPException(422, f"window: {window!r} is not a whole number of minutes")
+        seconds = window_seconds(window)
         now = rt.now()
         start, end = window_bounds(now, seconds)
         rows = await asyncio.to_thread(read_requests, rt.store, start, end)
