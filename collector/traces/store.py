@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import delete, select, tuple_
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS
 from collector.store.repository import Store, upsert
@@ -25,26 +28,15 @@ def ingest(
     if not records:
         return 0
     with _write_lock, store.engine.begin() as conn:
-        ids = {(r.trace_id, r.span_id) for r in records}
-        # look up by span id alone (one indexed column, a statement compiled once), then match pairs
-        span_list = sorted({s for _, s in ids})
-        seen: set[tuple[str, str]] = set()
-        for i in range(0, len(span_list), 900):
-            found = conn.execute(
-                select(span_ids.c.trace_id, span_ids.c.span_id).where(span_ids.c.span_id.in_(span_list[i : i + 900]))
-            )
-            seen.update((row.trace_id, row.span_id) for row in found if (row.trace_id, row.span_id) in ids)
-        fresh: list[RequestRecord] = []
-        taken: set[tuple[str, str]] = set()
+        # one statement: insert the ids, skipping those already stored, and get back the new ones
+        first: dict[tuple[str, str], RequestRecord] = {}
         for r in records:
-            ident = (r.trace_id, r.span_id)
-            if ident in seen or ident in taken:
-                continue
-            taken.add(ident)
-            fresh.append(r)
+            first.setdefault((r.trace_id, r.span_id), r)
+        stmt = _insert(conn, span_ids).on_conflict_do_nothing().returning(span_ids.c.trace_id, span_ids.c.span_id)
+        new = conn.execute(stmt, [{"trace_id": t, "span_id": s, "seen_unix": now_unix} for t, s in first]).all()
+        fresh = [first[(row.trace_id, row.span_id)] for row in new]
         if not fresh:
             return 0
-        conn.execute(span_ids.insert(), [{"trace_id": t, "span_id": s, "seen_unix": now_unix} for t, s in taken])
         cells = aggregate(fresh, targets_of)
         existing: dict[RequestKey, RequestCell] = {}
         cell_keys = list(cells)
@@ -80,6 +72,12 @@ def ingest(
             )
         upsert(conn, request_rollups, rows, [*RequestKey._fields, "period_seconds"], ["data"])
     return len(fresh)
+
+
+def _insert(conn: Any, table: Any) -> Any:
+    if conn.dialect.name == "postgresql":
+        return pg_dialect.insert(table)
+    return sqlite_dialect.insert(table)
 
 
 def read_requests(store: Store, start_unix: int, end_unix: int) -> list[tuple[RequestKey, RequestCell]]:
