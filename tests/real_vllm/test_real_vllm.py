@@ -63,7 +63,7 @@ def wait_idle(server: VllmServer, timeout: float = 60.0) -> None:
     raise AssertionError("vLLM did not go idle")
 
 
-def run_workload(server: VllmServer, rounds: int = 1) -> dict[str, int]:
+def run_workload(server: VllmServer, rounds: int = 1, disconnect: bool = True) -> dict[str, int]:
     """Chat and completions, streaming and not, a shared long prefix, a stop string, an aborted
     request and a request vLLM rejects with 400. Returns what the client saw."""
     seen = {"ok": 0, "rejected": 0, "aborted": 0}
@@ -119,21 +119,22 @@ def run_workload(server: VllmServer, rounds: int = 1) -> dict[str, int]:
             assert resp.status_code == 200, resp.text
             seen["ok"] += 1
             # a client that goes away mid-stream: vLLM aborts the request
-            with client.stream(
-                "POST",
-                "/v1/completions",
-                json={
-                    "model": SERVED_MODEL,
-                    "prompt": "a long answer",
-                    "max_tokens": 400,
-                    "stream": True,
-                    "ignore_eos": True,
-                },
-            ) as stream:
-                for line in stream.iter_lines():
-                    if line.startswith("data:"):
-                        break
-            seen["aborted"] += 1
+            if disconnect:
+                with client.stream(
+                    "POST",
+                    "/v1/completions",
+                    json={
+                        "model": SERVED_MODEL,
+                        "prompt": "a long answer",
+                        "max_tokens": 400,
+                        "stream": True,
+                        "ignore_eos": True,
+                    },
+                ) as stream:
+                    for line in stream.iter_lines():
+                        if line.startswith("data:"):
+                            break
+                seen["aborted"] += 1
             resp = client.post(
                 "/v1/completions", json={"model": SERVED_MODEL, "prompt": "too long", "max_tokens": 5000}
             )
@@ -271,3 +272,71 @@ def test_a_vllm_restart_mid_test_loses_no_request_and_gives_no_negative_delta(
     cells = rt.store.read_window(0, int(time.time()) + 120)
     assert all(sc.cell.value >= 0 and all(x >= 0 for x in sc.cell.buckets or []) for sc in cells)
     col.close()
+
+
+def test_vllms_own_spans_agree_with_its_histograms(vllm_python: Path, tiny_model: Path, tmp_path: Path) -> None:
+    """vLLM exports one `llm_request` span per finished request to llmslo over OTLP/HTTP; the
+    ingested records must agree with the engine's own counters and histograms."""
+    import contextlib
+    import threading
+
+    import uvicorn
+
+    from collector.api.app import create_app
+    from tests.real_vllm.conftest import free_port
+
+    class Quiet(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[no-untyped-def]
+            yield
+
+    port = free_port()
+    settings = Settings.model_validate({"data_dir": str(tmp_path / "llmslo")})
+    server = Quiet(
+        uvicorn.Config(create_app(settings, schedule=False), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    vllm = VllmServer(
+        vllm_python, tiny_model, log_path=tmp_path / "vllm.log", otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces"
+    )
+    vllm.start()
+    try:
+        wait_idle(vllm)
+        before = raw(vllm)
+        # no client disconnect here: vLLM may count such a request finished yet export no span for it
+        run_workload(vllm, disconnect=False)
+        wait_idle(vllm)
+        after = raw(vllm)
+        delta = diff(after, before)
+        finished = sum(v for (name, _), v in delta.items() if name == "vllm:request_success_total")
+
+        def summary() -> dict[str, object]:
+            r = httpx.get(
+                f"http://127.0.0.1:{port}/api/v1/requests/summary", params={"window": "1h", "measured_at": "engine"}
+            )
+            data: dict[str, object] = r.json()
+            return data
+
+        deadline = time.monotonic() + 30  # vLLM's BatchSpanProcessor exports every few seconds
+        s = summary()
+        while time.monotonic() < deadline and s["requests"] != finished:
+            time.sleep(1)
+            s = summary()
+    finally:
+        vllm.stop()
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert s["requests"] == finished == delta[("vllm:time_to_first_token_seconds_count", ())]
+    assert s["input_tokens"] == delta[("vllm:request_prompt_tokens_sum", ())]
+    assert s["output_tokens"] == delta[("vllm:request_generation_tokens_sum", ())]
+    # vLLM 0.32's span TTFT (gen_ai.latency.time_to_first_token) is measured on the engine's clock,
+    # after tokenization; its histogram's TTFT starts at frontend arrival. The same name, two clocks:
+    # the span values must never exceed the histogram's bucket for the same rank.
+    ttft = s["latencies"]["ttft"]["quantiles_seconds"]  # type: ignore[index]
+    assert s["latencies"]["ttft"]["count"] == finished  # type: ignore[index]
+    for q in (0.5, 0.95):
+        _lower, upper = bucket_for_rank(q, before, after, "vllm:time_to_first_token_seconds") or (0, 0)
+        assert 0 < ttft[f"{q:g}"] <= upper * 1.01, (q, ttft, upper)

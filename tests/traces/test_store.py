@@ -13,8 +13,25 @@ TARGETS = {"chat": [LatencyTarget("chat-ttft", "ttft", 1.0)]}
 
 
 def rec(i: int, end: float, ttft: float = 0.5, tenant: str = "acme") -> RequestRecord:
-    return RequestRecord(f"{i:032x}", f"{i:016x}", end - 2, end, "gateway", "m", "chat", tenant, 100, 40, 10, ttft,
-                         0.02, 2.0, None, "stop", "")
+    return RequestRecord(
+        f"{i:032x}",
+        f"{i:016x}",
+        end - 2,
+        end,
+        "gateway",
+        "m",
+        "chat",
+        tenant,
+        100,
+        40,
+        10,
+        ttft,
+        0.02,
+        2.0,
+        None,
+        "stop",
+        "",
+    )
 
 
 def test_duplicates_within_and_across_batches_count_once(store: Store) -> None:
