@@ -144,6 +144,7 @@ class TracesConfig(_Strict):
     default_business_type: str = "unassigned"
     classification: list[ClassificationRule] = Field(default_factory=list)
     top_tenants: int = Field(20, ge=1)
+    otlp_http_port: int | None = Field(None, ge=0, le=65535, description="also serve POST /v1/traces here (4318)")
 
 
 class ServerConfig(_Strict):

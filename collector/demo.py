@@ -23,6 +23,7 @@ from rich.text import Text
 
 from collector.analytics.serving import ServingReport, ServingStats
 from collector.api.app import create_app
+from collector.api.embedded import EmbeddedServer
 from collector.config import Settings
 from collector.runtime import Runtime
 from collector.sim.fastclock import targets_for
@@ -46,12 +47,6 @@ OBJECTIVES: dict[str, dict[str, float]] = {
 class DemoResult:
     report: ServingReport | None
     slos: list[SloStatus]
-
-
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[no-untyped-def]
-        yield
 
 
 def _p95(stats: ServingStats, metric: str) -> float | None:
@@ -160,7 +155,7 @@ async def run_demo(
     runtime = Runtime(settings)
     if runtime.rules is not None:  # a demo lasts minutes: evaluate every 5 s, not every 30 s
         runtime.rules = dataclasses.replace(runtime.rules, evaluation_interval_seconds=5.0)
-    server = _Server(
+    server = EmbeddedServer(
         uvicorn.Config(create_app(settings, runtime), host=host, port=port, log_level="warning", access_log=False)
     )
     serve_task = asyncio.create_task(server.serve())

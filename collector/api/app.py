@@ -7,11 +7,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
 
+import uvicorn
 from fastapi import FastAPI, HTTPException, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from collector import __version__
 from collector.api.deps import RuntimeDep
+from collector.api.embedded import EmbeddedServer
 from collector.api.metrics import build_registry
 from collector.api.schemas import (
     RequestSummaryResponse,
@@ -30,6 +32,31 @@ from collector.runtime import Runtime, window_bounds
 from collector.scheduler import build_scheduler
 from collector.traces.store import read_requests
 from collector.traces.summary import summarize
+
+
+async def _start_otlp_port(rt: Runtime, settings: Settings) -> tuple[EmbeddedServer, asyncio.Task[None]] | None:
+    """OTLP/HTTP on its conventional port too (4318), when `traces.otlp_http_port` is set."""
+    port = settings.traces.otlp_http_port
+    if port is None:
+        return None
+    otlp_app = FastAPI(title="llmslo OTLP", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @otlp_app.post("/v1/traces")
+    async def traces(request: Request) -> Response:
+        return await rt.traces.handle(request)
+
+    server = EmbeddedServer(
+        uvicorn.Config(
+            otlp_app, host=settings.server.host, port=port, log_level="warning", access_log=False, lifespan="off"
+        )
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()  # the port could not be bound: fail loudly at start-up
+            raise RuntimeError(f"OTLP port {port} did not start")
+        await asyncio.sleep(0.02)
+    return server, task
 
 
 def window_seconds(window: str) -> float:
@@ -55,9 +82,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         scheduler = build_scheduler(rt) if schedule else None
         if scheduler is not None:
             scheduler.start()
+        otlp = await _start_otlp_port(rt, settings)
         try:
             yield
         finally:
+            if otlp is not None:
+                otlp[0].should_exit = True
+                await otlp[1]
             if scheduler is not None:
                 scheduler.pause()  # no new runs; running ones finish (shutdown would cancel them)
                 await rt.drain()

@@ -8,12 +8,11 @@ clients and scrapers get a refused connection, as from a dead process.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,7 @@ import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from collector.api.embedded import EmbeddedServer
 from collector.sim import model as m
 from collector.sim.exposition import render
 from collector.sim.scenario import Scenario
@@ -31,19 +31,11 @@ TICK_SECONDS = 0.05
 WORDS = tuple("the model answers with plain words so that clients can count tokens in the stream".split())
 
 
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handlers: Ctrl-C belongs to the simulator's owner."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 @dataclass
 class ReplicaServer:
     name: str
     port: int
-    server: _Server | None = None
+    server: EmbeddedServer | None = None
     task: asyncio.Task[None] | None = None
 
 
@@ -127,7 +119,7 @@ class Simulation:
             access_log=False,
             lifespan="off",
         )
-        server = _Server(config)
+        server = EmbeddedServer(config)
         rs.server = server
         rs.task = asyncio.create_task(server.serve())
         while not server.started:

@@ -22,6 +22,7 @@ import uvicorn
 import yaml
 
 from collector.api.app import create_app
+from collector.api.embedded import EmbeddedServer
 from collector.config import Settings
 from collector.generate.alertmanager import alertmanager_config
 from collector.generate.files import generate
@@ -36,12 +37,6 @@ from tests.slo.test_alerts import Receiver, free_port, start_alertmanager
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHY = (ROOT / "collector" / "data" / "scenario-healthy.yaml").read_text()
 SCALE = 1 / 60
-
-
-class QuietServer(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[no-untyped-def]
-        yield
 
 
 def scaled_rules(tmp_path: Path) -> Path:
@@ -83,7 +78,7 @@ class Stack:
             }
         )
         runtime = Runtime(settings)
-        self.llmslo = QuietServer(
+        self.llmslo = EmbeddedServer(
             uvicorn.Config(create_app(settings, runtime), host="127.0.0.1", port=llmslo_port, log_level="warning")
         )
         self.llmslo_task = asyncio.run_coroutine_threadsafe(self.llmslo.serve(), self.loop)

@@ -277,22 +277,17 @@ def test_a_vllm_restart_mid_test_loses_no_request_and_gives_no_negative_delta(
 def test_vllms_own_spans_agree_with_its_histograms(vllm_python: Path, tiny_model: Path, tmp_path: Path) -> None:
     """vLLM exports one `llm_request` span per finished request to llmslo over OTLP/HTTP; the
     ingested records must agree with the engine's own counters and histograms."""
-    import contextlib
     import threading
 
     import uvicorn
 
     from collector.api.app import create_app
+    from collector.api.embedded import EmbeddedServer
     from tests.real_vllm.conftest import free_port
-
-    class Quiet(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self):  # type: ignore[no-untyped-def]
-            yield
 
     port = free_port()
     settings = Settings.model_validate({"data_dir": str(tmp_path / "llmslo")})
-    server = Quiet(
+    server = EmbeddedServer(
         uvicorn.Config(create_app(settings, schedule=False), host="127.0.0.1", port=port, log_level="warning")
     )
     thread = threading.Thread(target=server.run, daemon=True)

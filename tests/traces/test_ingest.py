@@ -314,3 +314,48 @@ def test_ingest_keys(tmp_path: Path) -> None:
     finally:
         out = s.stop()
     assert KEY not in out  # never logged
+
+
+def test_a_full_ingest_queue_answers_503_with_retry_after(tmp_path: Path) -> None:
+    import asyncio
+
+    from collector.api.app import create_app
+    from collector.api.metrics import build_registry
+    from collector.config import Settings
+    from collector.runtime import Runtime
+
+    settings = Settings.model_validate({"data_dir": str(tmp_path), "traces": {"max_concurrent_batches": 2}})
+
+    async def run() -> tuple[httpx.Response, httpx.Response]:
+        runtime = Runtime(settings)
+        app = create_app(settings, runtime, schedule=False)
+        app.state.runtime, app.state.registry = runtime, build_registry(runtime)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://llmslo") as client:
+            runtime.traces.in_flight = 2  # two batches are being ingested
+            busy = await client.post("/v1/traces", content=good_json(5), headers={"Content-Type": "application/json"})
+            runtime.traces.in_flight = 0
+            ok = await client.post("/v1/traces", content=good_json(5), headers={"Content-Type": "application/json"})
+        await runtime.close()
+        return busy, ok
+
+    busy, ok = asyncio.run(run())
+    assert busy.status_code == 503 and busy.headers["Retry-After"] == "1"
+    assert ok.status_code == 200
+
+
+def test_the_conventional_otlp_port_when_configured(tmp_path: Path) -> None:
+    s = Server(tmp_path)
+    otlp_port = free_port()
+    s.config.write_text(s.config.read_text() + f"traces: {{otlp_http_port: {otlp_port}}}\n")
+    s.start()
+    try:
+        r = httpx.post(
+            f"http://127.0.0.1:{otlp_port}/v1/traces",
+            content=good_json(77),
+            headers={"Content-Type": "application/json"},
+        )
+        assert r.status_code == 200
+        assert s.summary()["requests"] == 1
+    finally:
+        out = s.stop()
+    assert "Traceback" not in out
