@@ -152,3 +152,10 @@ def test_bad_durations(bad: object) -> None:
 
 def test_format_duration() -> None:
     assert [format_duration(x) for x in (60, 300, 3600, 90, 0.5)] == ["1m", "5m", "1h", "90s", "0.5s"]
+
+
+def test_the_example_configuration_is_valid() -> None:
+    root = Path(__file__).resolve().parents[2]
+    s = load_settings(root / "examples" / "llmslo.yaml", environ={})
+    assert [t.name for t in s.targets] == ["vllm-chat-0", "vllm-batch-0"]
+    assert s.traces.classification[0].business_type == "code_completion"
