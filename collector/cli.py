@@ -61,7 +61,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """Compile rules/ into alerts/; with --check, exit 1 if alerts/ is not what the rules give."""
+    """Compile rules/ into alerts/ and dashboards/; with --check, exit 1 if either is not what the
+    rules give (stale or hand-edited)."""
+    from collector.generate.dashboards import dashboard_files
     from collector.generate.files import differences, generate, write
     from collector.slo.spec import RulesError, load_rules
 
@@ -71,22 +73,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
         return 2
-    files = generate(rules)
-    out = Path(args.out)
+    outputs = ((Path(args.out), generate(rules)), (Path(args.dashboards_out), dashboard_files(rules)))
     if args.check:
-        stale = differences(files, out)
-        for rel in stale:
-            print(f"{out / rel}: differs from what `llmslo generate` writes", file=sys.stderr)
+        stale = [out / rel for out, files in outputs for rel in differences(files, out)]
+        for path in stale:
+            print(f"{path}: differs from what `llmslo generate` writes", file=sys.stderr)
         if stale:
             print("generated files are stale or hand-edited: run `llmslo generate` and commit", file=sys.stderr)
             return 1
-        print(f"{out}: {len(files)} generated file(s) up to date")
+        for out, files in outputs:
+            print(f"{out}: {len(files)} generated file(s) up to date")
         return 0
-    changed = write(files, out)
-    print(
-        f"{out}: wrote {len(changed)} of {len(files)} generated file(s)"
-        + (": " + ", ".join(changed) if changed else "")
-    )
+    for out, files in outputs:
+        changed = write(files, out)
+        listing = ": " + ", ".join(changed) if changed else ""
+        print(f"{out}: wrote {len(changed)} of {len(files)} generated file(s){listing}")
     return 0
 
 
@@ -315,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="compile rules/ into alerts/ (Prometheus rules, Alertmanager, tests)")
     p.add_argument("--rules", default="rules")
     p.add_argument("--out", default="alerts")
+    p.add_argument("--dashboards-out", default="dashboards")
     p.add_argument("--check", action="store_true", help="only check that alerts/ is up to date (CI)")
     p.set_defaults(func=cmd_generate)
 

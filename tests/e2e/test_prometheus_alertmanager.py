@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
 import subprocess
 import threading
@@ -162,6 +163,11 @@ def run_stack(tmp_path: Path, scenario: str, receiver: Receiver, seconds: float,
         while time.monotonic() < deadline and not (until_page and pages(receiver)):
             time.sleep(1)
         stack.sli = stack.query('llmslo:slo_errors:ratio_rate1m{slo="chat-errors"}')  # type: ignore[attr-defined]
+        dashboard = json.loads((ROOT / "dashboards" / "llmslo-serving.json").read_text())
+        stack.panels = {  # type: ignore[attr-defined]
+            p["title"]: [stack.query(t["expr"].replace("$business_type", ".*")) for t in p["targets"]]
+            for p in dashboard["panels"]
+        }
         stack.up = stack.query('up{job="vllm"}')  # type: ignore[attr-defined]
     finally:
         stack.stop()
@@ -182,6 +188,18 @@ def test_an_error_burst_pages_through_prometheus_and_alertmanager(tmp_path: Path
     assert {(a["labels"]["long_window"], a["labels"]["short_window"]) for a in alerts} <= {("1m", "5s"), ("6m", "30s")}
     assert all(a["annotations"]["runbook_url"].endswith("#llmslochaterrorsbudgetburn") for a in alerts)
     assert {s["metric"]["instance"] for s in stack.up} and all(s["value"][1] == "1" for s in stack.up)  # type: ignore[attr-defined, index]
+    # the generated dashboard's queries find llmslo's series in a real Prometheus
+    panels = stack.panels  # type: ignore[attr-defined]
+    for title in (
+        "TTFT p95 (engine histogram, interpolated in its bucket)",
+        "Requests per second",
+        "Error ratio (abort or error)",
+        "Queue depth (waiting requests)",
+        "Scrape targets up",
+        "Active burn-rate alerts",
+        "Error budget left this period",
+    ):
+        assert any(panels[title]), f"dashboard panel {title!r} finds no series"
 
 
 def test_healthy_traffic_does_not_page(tmp_path: Path, receiver: Receiver) -> None:
