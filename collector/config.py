@@ -50,6 +50,15 @@ def format_duration(seconds: float) -> str:
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
+def regex(pattern: str) -> str:
+    """A regular expression setting, refused with the reason when it does not compile."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+    return pattern
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -125,14 +134,7 @@ class ClassificationRule(_Strict):
     business_type: str | None = None
     tenant: str | None = None
 
-    @field_validator("pattern")
-    @classmethod
-    def _regex(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"invalid regular expression {v!r}: {exc}") from None
-        return v
+    _regex = field_validator("pattern")(lambda cls, v: regex(v))
 
 
 class TracesConfig(_Strict):

@@ -12,7 +12,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from collector.config import Duration
+from collector.config import Duration, regex
 from collector.slo.windows import WORKBOOK, BurnPair
 from collector.sources.vllm_buckets import LATENCY_HISTOGRAMS
 from collector.yamlfile import YamlProblem, describe_errors, line_of, parse_yaml_mapping
@@ -44,12 +44,7 @@ class BusinessTypeIn(_Strict):
     @field_validator("models")
     @classmethod
     def _regexes(cls, v: list[str]) -> list[str]:
-        for pattern in v:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
-        return v
+        return [regex(p) for p in v]
 
 
 class ThresholdsIn(_Strict):

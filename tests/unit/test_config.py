@@ -159,3 +159,11 @@ def test_the_example_configuration_is_valid() -> None:
     s = load_settings(root / "examples" / "llmslo.yaml", environ={})
     assert [t.name for t in s.targets] == ["vllm-chat-0", "vllm-batch-0"]
     assert s.traces.classification[0].business_type == "code_completion"
+
+
+def test_a_bad_classification_regex_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(
+            write(tmp_path, "traces:\n  classification:\n    - {attribute: model, pattern: '(x'}\n"), environ={}
+        )
+    assert "traces.classification[0].pattern: invalid regular expression '(x'" in info.value.problems[0]
