@@ -8,6 +8,7 @@ clients and scrapers get a refused connection, as from a dead process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -92,6 +93,8 @@ class Simulation:
 
     async def stop(self) -> None:
         self._ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._ticker  # it may have been stopping or starting a replica
         for rs in self.replicas.values():
             await self._stop_server(rs)
         if self.emitter is not None:
@@ -134,7 +137,8 @@ class Simulation:
             return
         rs.server.should_exit = True
         if rs.task is not None:
-            await rs.task
+            # asyncio.wait, not `await task`: cancelling the caller must not cancel the server mid-exit
+            await asyncio.wait([rs.task])
         rs.server, rs.task = None, None
 
     # --- the per-replica HTTP API ------------------------------------------------------------
