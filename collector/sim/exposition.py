@@ -12,16 +12,6 @@ from collector.sources import vllm_buckets as buckets
 
 VERSIONS = ("current", "0.10", "0.6")
 
-TTFT_BUCKETS = buckets.TTFT
-ITL_BUCKETS = buckets.INTER_TOKEN_LATENCY
-REQUEST_LATENCY_BUCKETS = buckets.REQUEST_LATENCY
-ITERATION_TOKENS_BUCKETS = buckets.ITERATION_TOKENS
-PARAMS_N_BUCKETS = buckets.PARAMS_N
-V0_TTFT = buckets.V0_TTFT
-V0_ITL = buckets.V0_INTER_TOKEN_LATENCY
-V0_REQUEST_LATENCY = buckets.V0_REQUEST_LATENCY
-request_token_buckets = buckets.request_token_buckets
-
 
 @dataclass(slots=True)
 class Histogram:
@@ -60,33 +50,33 @@ class EngineMetrics:
     hist: dict[str, Histogram] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        tokens = request_token_buckets(self.max_model_len)
+        tokens = buckets.request_token_buckets(self.max_model_len)
         for name, bounds in (
-            ("time_to_first_token_seconds", TTFT_BUCKETS),
-            ("inter_token_latency_seconds", ITL_BUCKETS),
-            ("request_time_per_output_token_seconds", ITL_BUCKETS),
-            ("e2e_request_latency_seconds", REQUEST_LATENCY_BUCKETS),
-            ("request_queue_time_seconds", REQUEST_LATENCY_BUCKETS),
-            ("request_inference_time_seconds", REQUEST_LATENCY_BUCKETS),
-            ("request_prefill_time_seconds", REQUEST_LATENCY_BUCKETS),
-            ("request_decode_time_seconds", REQUEST_LATENCY_BUCKETS),
+            ("time_to_first_token_seconds", buckets.TTFT),
+            ("inter_token_latency_seconds", buckets.INTER_TOKEN_LATENCY),
+            ("request_time_per_output_token_seconds", buckets.INTER_TOKEN_LATENCY),
+            ("e2e_request_latency_seconds", buckets.REQUEST_LATENCY),
+            ("request_queue_time_seconds", buckets.REQUEST_LATENCY),
+            ("request_inference_time_seconds", buckets.REQUEST_LATENCY),
+            ("request_prefill_time_seconds", buckets.REQUEST_LATENCY),
+            ("request_decode_time_seconds", buckets.REQUEST_LATENCY),
             ("request_prompt_tokens", tokens),
             ("request_generation_tokens", tokens),
             ("request_max_num_generation_tokens", tokens),
             ("request_params_max_tokens", tokens),
-            ("request_params_n", PARAMS_N_BUCKETS),
-            ("iteration_tokens_total", ITERATION_TOKENS_BUCKETS),
+            ("request_params_n", buckets.PARAMS_N),
+            ("iteration_tokens_total", buckets.ITERATION_TOKENS),
         ):
             self.hist[name] = Histogram(tuple(float(b) for b in bounds))
         # V0 kept its own (shorter) layouts; simulate them separately so counts stay exact.
         for name, bounds in (
-            ("v0:time_to_first_token_seconds", V0_TTFT),
-            ("v0:itl", V0_ITL),
-            ("v0:e2e", V0_REQUEST_LATENCY),
-            ("v0:queue", V0_REQUEST_LATENCY),
-            ("v0:prefill", V0_REQUEST_LATENCY),
-            ("v0:decode", V0_REQUEST_LATENCY),
-            ("v0:inference", V0_REQUEST_LATENCY),
+            ("v0:time_to_first_token_seconds", buckets.V0_TTFT),
+            ("v0:itl", buckets.V0_INTER_TOKEN_LATENCY),
+            ("v0:e2e", buckets.V0_REQUEST_LATENCY),
+            ("v0:queue", buckets.V0_REQUEST_LATENCY),
+            ("v0:prefill", buckets.V0_REQUEST_LATENCY),
+            ("v0:decode", buckets.V0_REQUEST_LATENCY),
+            ("v0:inference", buckets.V0_REQUEST_LATENCY),
         ):
             self.hist[name] = Histogram(bounds)
 

@@ -7,10 +7,9 @@ after one idle minute); a window without events is "no data", never good and nev
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from collector.analytics.percentiles import fraction_at_or_below
@@ -271,27 +270,6 @@ def _throughput_events(o: Objective, rows: list[Row], start: int, end: int) -> E
         if tokens[index] / size >= o.min_tokens_per_second:
             good += 1
     return Events(good, total)
-
-
-@dataclass
-class Firing:
-    """The alert instances the statuses call for: (slo, severity, long, short) -> status, pair."""
-
-    instances: dict[tuple[str, str, float, float], tuple[SloStatus, PairState]] = field(default_factory=dict)
-
-
-def firing_instances(statuses: Iterable[SloStatus]) -> Firing:
-    out = Firing()
-    for st in statuses:
-        for ps in st.pairs:
-            if ps.firing:
-                key = (st.objective.slo, ps.pair.severity, ps.pair.long_seconds, ps.pair.short_seconds)
-                out.instances[key] = (st, ps)
-    return out
-
-
-def finite(x: float | None) -> float | None:
-    return None if x is None or math.isnan(x) or math.isinf(x) else x
 
 
 def cumulative_events(o: Objective, states: Iterable[tuple[SeriesIdent, Cumulative]]) -> Events | None:

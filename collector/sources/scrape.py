@@ -86,9 +86,12 @@ class TargetScraper:
         return self.settings.target_timeout(self.target)
 
     async def load(self) -> None:
+        await asyncio.to_thread(self._load)
+
+    def _load(self) -> None:
         """Register the target and resume its delta state from the last committed scrape."""
-        target_id = await asyncio.to_thread(self.store.ensure_target, self.target.name, self.target.url)
-        self.tracker, self.series_ids = await asyncio.to_thread(self.store.load_tracker, target_id)
+        target_id = self.store.ensure_target(self.target.name, self.target.url)
+        self.tracker, self.series_ids = self.store.load_tracker(target_id)
         self.target_id = target_id
 
     async def run_scheduled(self, clock: Callable[[], float] = time.time) -> None:
@@ -125,18 +128,9 @@ class TargetScraper:
             if error is not None:
                 raise error
             if self.target_id is None:
-                self.target_id = self.store.ensure_target(self.target.name, self.target.url)
-                self.tracker, self.series_ids = self.store.load_tracker(self.target_id)
+                self._load()
             snapshot = read_scrape(body or b"", content_type, self.cache, self.target.default_model)
-            deltas = self.tracker.observe(snapshot, now)
-            try:
-                self.store.commit_scrape(self.target_id, deltas, snapshot.units, self.series_ids, now)
-            except Exception as exc:
-                raise ScrapeError(
-                    conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}"
-                ) from exc
-            self.tracker.commit(deltas, now)
-            self.status.counter_resets_total += deltas.resets
+            self._store(snapshot, now)
         except Exception as exc:
             self._failed(exc, now, started)
             return False
@@ -205,14 +199,16 @@ class TargetScraper:
             raise ScrapeError(conv.REASON_CONNECT, f"{type(exc).__name__}: {exc}") from None
 
     async def _commit(self, snapshot: EngineSnapshot, now: float) -> None:
+        async with self.store_lock:
+            await asyncio.to_thread(self._store, snapshot, now)
+
+    def _store(self, snapshot: EngineSnapshot, now: float) -> None:
+        """Deltas since the last committed scrape, committed; the state advances only then."""
         target_id = self.target_id
         assert target_id is not None
         deltas = self.tracker.observe(snapshot, now)
         try:
-            async with self.store_lock:
-                await asyncio.to_thread(
-                    self.store.commit_scrape, target_id, deltas, snapshot.units, self.series_ids, now
-                )
+            self.store.commit_scrape(target_id, deltas, snapshot.units, self.series_ids, now)
         except Exception as exc:
             raise ScrapeError(conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}") from exc
         self.tracker.commit(deltas, now)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.sim.exposition import render, request_token_buckets
+from collector.sim.exposition import render
 from collector.sim.scenario import load_scenario
 from collector.sources.vllm import SeriesKey, read_scrape
+from collector.sources.vllm_buckets import request_token_buckets
 
 # reference vllm-metrics.md §2.6 (a): tests/entrypoints/instrumentator/test_metrics.py @20ef9d82
 EXPECTED_METRICS_V1 = [
