@@ -119,6 +119,7 @@ class ScrapeDeltas:
     cells: dict[SeriesIdent, Cell]
     state: dict[SeriesIdent, Cumulative]
     resets: int
+    process_start_unix: float | None = None
 
 
 @dataclass(slots=True)
@@ -128,6 +129,7 @@ class DeltaTracker:
 
     state: dict[SeriesIdent, Cumulative] = field(default_factory=dict)
     baseline_unix: float | None = None
+    process_start_unix: float | None = None  # of the server at the last committed scrape
 
     def observe(self, snapshot: EngineSnapshot, now_unix: float) -> ScrapeDeltas:
         """Deltas since the previous scrape. Pure with respect to `self` until `commit()`."""
@@ -136,7 +138,14 @@ class DeltaTracker:
         cells: dict[SeriesIdent, Cell] = {}
         state: dict[SeriesIdent, Cumulative] = {}
         resets = 0
-        prev_state = self.state
+        # A new process start time means a restart even if a counter is already back at its old
+        # value (equal values are otherwise indistinguishable from no traffic).
+        restarted = (
+            snapshot.process_start_unix is not None
+            and self.process_start_unix is not None
+            and snapshot.process_start_unix != self.process_start_unix
+        )
+        prev_state: dict[SeriesIdent, Cumulative] = {} if restarted else self.state
         for key, value in snapshot.counters.items():
             ident = SeriesIdent(key, Kind.COUNTER)
             prev = prev_state.get(ident)
@@ -186,9 +195,13 @@ class DeltaTracker:
                 last_unix=now_unix,
             )
             state[ident] = Cumulative(point.count, point.sum, list(cur))
-        return ScrapeDeltas(period_start(now_unix), cells, state, resets)
+        if restarted:
+            resets += len(cells) - len(snapshot.gauges)
+        return ScrapeDeltas(period_start(now_unix), cells, state, resets, snapshot.process_start_unix)
 
     def commit(self, deltas: ScrapeDeltas, now_unix: float) -> None:
         """Adopt the scrape's state once its cells are durably stored."""
         self.state.update(deltas.state)
         self.baseline_unix = now_unix
+        if deltas.process_start_unix is not None:
+            self.process_start_unix = deltas.process_start_unix

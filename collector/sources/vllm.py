@@ -100,7 +100,11 @@ LOGICAL_BY_NAME = {m.name: m for m in LOGICAL_METRICS}
 _MODEL_LABEL = "model_name"
 _DROPPED_LABELS = frozenset({"engine", "pid", "le"})
 
-_PART_VALUE, _PART_BUCKET, _PART_SUM, _PART_COUNT = 0, 1, 2, 3
+_PART_VALUE, _PART_BUCKET, _PART_SUM, _PART_COUNT, _PART_PROCESS_START = 0, 1, 2, 3, 4
+# prometheus_client's process collector: it changes when the server restarts, even when the new
+# process's counters happen to be back at (or above) their old values
+_PROCESS_START = "process_start_time_seconds"
+_PROCESS = Logical("process_start", Kind.GAUGE, (_PROCESS_START,), agg=Agg.MAX)
 
 
 class _Route(NamedTuple):
@@ -153,6 +157,7 @@ class EngineSnapshot:
     histograms: dict[SeriesKey, HistogramPoint] = field(default_factory=dict)
     units: dict[SeriesKey, str] = field(default_factory=dict)
     samples: int = 0
+    process_start_unix: float | None = None
 
 
 class _Slot(NamedTuple):
@@ -175,6 +180,8 @@ def new_cache() -> SlotCache:
 
 def _resolver(default_model: str) -> Callable[[str, Labels, int], _Slot | None]:
     def resolve(name: str, labels: Labels, line: int) -> _Slot | None:
+        if name == _PROCESS_START:
+            return _Slot((SeriesKey("", "process_start"), 0, ""), _PROCESS, _PART_PROCESS_START, math.nan, name)
         route = _ROUTES.get(name)
         if route is None:
             return None
@@ -234,6 +241,7 @@ def read_scrape(
     slots, types = scan(text, fmt, cache if cache is not None else new_cache(), _resolver(default_model))
     scalars: dict[tuple[SeriesKey, int, str], float] = {}
     hists: dict[tuple[SeriesKey, int, str], _HistBuilder] = {}
+    process_start: float | None = None
     checked: set[str] = set()
     for slot, value, line, _key in slots:
         if slot.sample_name not in checked:
@@ -241,6 +249,9 @@ def read_scrape(
             checked.add(slot.sample_name)
         ident = slot.ident
         part = slot.part
+        if part == _PART_PROCESS_START:
+            process_start = value if process_start is None else max(process_start, value)
+            continue
         if part == _PART_VALUE:
             if slot.logical.kind is Kind.COUNTER and not (0.0 <= value < math.inf):
                 raise ExpositionError("parse", f"counter {slot.sample_name} has value {value}", line)
@@ -263,7 +274,7 @@ def read_scrape(
             builder.sum = value
         else:
             builder.count = value
-    snapshot = EngineSnapshot(samples=len(slots))
+    snapshot = EngineSnapshot(samples=len(slots), process_start_unix=process_start)
     _fold_scalars(scalars, snapshot)
     _fold_histograms(hists, snapshot)
     return snapshot

@@ -102,13 +102,15 @@ class Store:
     def load_tracker(self, target_id: int) -> tuple[DeltaTracker, dict[SeriesIdent, int]]:
         """The target's delta state as of its last committed scrape, and its series ids."""
         with self.engine.connect() as conn:
-            baseline = conn.execute(select(targets.c.baseline_unix).where(targets.c.id == target_id)).scalar_one()
+            baseline, process_start = conn.execute(
+                select(targets.c.baseline_unix, targets.c.process_start_unix).where(targets.c.id == target_id)
+            ).one()
             rows = conn.execute(
                 select(series, series_state.c.value, series_state.c.sum, series_state.c.buckets)
                 .select_from(series.outerjoin(series_state, series_state.c.series_id == series.c.id))
                 .where(series.c.target_id == target_id)
             ).all()
-        tracker = DeltaTracker(baseline_unix=baseline)
+        tracker = DeltaTracker(baseline_unix=baseline, process_start_unix=process_start)
         ids: dict[SeriesIdent, int] = {}
         for row in rows:
             ident = _ident_from_row(row)
@@ -146,7 +148,10 @@ class Store:
                 for ident, c in deltas.state.items()
             ]
             upsert(conn, series_state, state_rows, ["series_id"], ["value", "sum", "buckets"])
-            conn.execute(update(targets).where(targets.c.id == target_id).values(baseline_unix=now_unix))
+            values: dict[str, float] = {"baseline_unix": now_unix}
+            if deltas.process_start_unix is not None:
+                values["process_start_unix"] = deltas.process_start_unix
+            conn.execute(update(targets).where(targets.c.id == target_id).values(**values))
         series_ids.update(new_ids)
 
     def _create_series(

@@ -25,6 +25,7 @@ targets = Table(
     Column("url", Text, nullable=False),
     # Time of the last scrape whose deltas were committed; None before the first one.
     Column("baseline_unix", Float, nullable=True),
+    Column("process_start_unix", Float, nullable=True),  # the server's, at that scrape (restart detection)
     Column("created_unix", Float, nullable=False),
 )
 

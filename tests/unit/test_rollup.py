@@ -105,3 +105,22 @@ def test_cell_merge_is_associative() -> None:
 
 def test_period_start() -> None:
     assert period_start(119.9) == 60 and period_start(120.0) == 120 and period_start(7199, 3600) == 3600
+
+
+def test_a_restart_is_detected_by_process_start_even_when_counters_are_back_at_their_old_values() -> None:
+    def with_start(obs: Observations, start: float):  # type: ignore[no-untyped-def]
+        text = render(FAMILIES["0.33"], {(MODEL, "0"): obs})
+        text += f"# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {start!r}\n"
+        return read_scrape(text)
+
+    tracker = DeltaTracker()
+    tracker.commit(tracker.observe(with_start(workload(1), 100.0), 1000.0), 1000.0)
+    same_server = tracker.observe(with_start(workload(1), 100.0), 1015.0)
+    assert same_server.cells[PROMPT].value == 0.0
+    # restarted, and served exactly as much again: the counters equal their old values
+    restarted = tracker.observe(with_start(workload(1), 1010.0), 1015.0)
+    assert restarted.cells[PROMPT].value == 5000.0
+    assert restarted.cells[ttft_ident()].value == 20.0
+    assert restarted.resets > 0
+    # no process series at all (multiprocess vLLM): decreasing counters still detect restarts
+    assert read_scrape(render(FAMILIES["0.33"], {(MODEL, "0"): workload(1)})).process_start_unix is None
