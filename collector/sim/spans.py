@@ -55,7 +55,8 @@ class SpanEmitter:
     ) -> None:
         resource = Resource.create({"service.name": "llmslo-simulated-gateway"})
         self.provider = TracerProvider(resource=resource)
-        exporter = exporter or OTLPSpanExporter(endpoint=endpoint, headers=headers or {}, timeout=5)
+        # a collector under load may take seconds per 1,000-span batch: give up late, not drop spans
+        exporter = exporter or OTLPSpanExporter(endpoint=endpoint, headers=headers or {}, timeout=30)
         self.processor = BatchSpanProcessor(
             exporter, max_queue_size=65536, max_export_batch_size=1000, schedule_delay_millis=1000
         )
