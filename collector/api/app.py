@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -77,6 +78,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rt = runtime or Runtime(settings)
         await rt.start()
+        # what exists now lives as long as the process: keep it out of the cyclic collector's full
+        # passes, which otherwise walk every module and table object while trace batches allocate
+        gc.freeze()
         app.state.runtime = rt
         app.state.registry = build_registry(rt)
         scheduler = build_scheduler(rt) if schedule else None

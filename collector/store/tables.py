@@ -8,6 +8,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -90,15 +91,14 @@ alerts = Table(
 )
 
 # Trace ingestion: the span ids already counted (deduplication of retried batches) ...
-span_ids = Table(
-    "llmslo_span_ids",
+span_keys = Table(
+    "llmslo_span_keys",
     metadata,
-    Column("trace_id", String(32), primary_key=True),
-    Column("span_id", String(16), primary_key=True),
-    Column("seen_unix", Float, nullable=False),
+    # the span's end in milliseconds (8 bytes, big-endian) + trace id (16) + span id (8): a retried span
+    # has the same key, new spans land at the end of the index, and expiry is a range delete
+    Column("id", LargeBinary(32), primary_key=True),
+    sqlite_with_rowid=False,
 )
-Index("ix_llmslo_span_ids_seen", span_ids.c.seen_unix)
-Index("ix_llmslo_span_ids_span", span_ids.c.span_id)
 
 # ... and per-minute request rollups (collector/traces/rollup.py, stored as JSON).
 request_rollups = Table(

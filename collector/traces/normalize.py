@@ -15,14 +15,62 @@ from dataclasses import dataclass
 from collector.traces.otlp import AttrValue, SpanRecord
 
 ENGINE, GATEWAY, CLIENT = "engine", "gateway", "client"
-GENAI_OPERATIONS = {"chat", "text_completion", "generate_content", "completion", "messages", "responses"}
+GENAI_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion", "messages", "responses"})
 MAX_ATTRIBUTE_CHARS = 65536
 
+# The attributes read, newest name first. Nothing else of a span is ever converted (see USED_ATTRIBUTES).
+INPUT_TOKENS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
+OUTPUT_TOKENS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion")
+CACHED_TOKENS = (
+    "gen_ai.usage.cache_read.input_tokens",
+    "gen_ai.usage.cache_read_input_tokens",
+    "llm.token_count.prompt_details.cache_read",
+)
+E2E = ("gen_ai.latency.e2e",)
+TTFT = (
+    "gen_ai.latency.time_to_first_token",
+    "gen_ai.response.time_to_first_chunk",
+    "gen_ai.server.time_to_first_token",
+)
+QUEUE = ("gen_ai.latency.time_in_queue",)
+FIRST_TOKEN_EVENTS = frozenset({"gen_ai.first_token", "first_token", "gen_ai.content.first_chunk"})
+ERROR_TYPE = ("error.type",)
+FINISH = ("gen_ai.response.finish_reasons", "gen_ai.response.finish_reason")
+MODEL = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name", "model")
+TENANT = ("llmslo.tenant", "metadata.user_api_key_team_id", "metadata.user_api_key_alias", "tenant.id")
+BUSINESS_TYPE = ("llmslo.business_type",)
+MEASURED_AT = "llmslo.measured_at"
+OPERATION = "gen_ai.operation.name"
+GATEWAY_MARKERS = ("llm.model_name", "gen_ai.original.model")
+USED_ATTRIBUTES = frozenset(
+    {
+        *INPUT_TOKENS,
+        *OUTPUT_TOKENS,
+        *CACHED_TOKENS,
+        *E2E,
+        *TTFT,
+        *QUEUE,
+        *ERROR_TYPE,
+        *FINISH,
+        *MODEL,
+        *TENANT,
+        *BUSINESS_TYPE,
+        *GATEWAY_MARKERS,
+        MEASURED_AT,
+        OPERATION,
+    }
+)
 
-@dataclass(frozen=True, slots=True)
+
+def wanted_attributes(rules: Sequence[Rule] = ()) -> frozenset[str]:
+    """What spans_of must convert: the attributes read here plus those the classification rules test."""
+    return USED_ATTRIBUTES | {r.attribute for r in rules}
+
+
+@dataclass(slots=True)
 class RequestRecord:
-    trace_id: str
-    span_id: str
+    trace_id: bytes  # 16 bytes
+    span_id: bytes  # 8 bytes
     start_unix: float
     end_unix: float
     measured_at: str  # engine | gateway | client
@@ -53,8 +101,8 @@ class Rule:
     business_type: str | None = None
     tenant: str | None = None
 
-    def matches(self, attrs: dict[str, AttrValue]) -> bool:
-        value = attrs.get(self.attribute)
+    def matches(self, attrs: dict[str, AttrValue], model: str) -> bool:
+        value = model if self.attribute == "model" else attrs.get(self.attribute)
         return value is not None and re.fullmatch(self.pattern, str(value)) is not None
 
 
@@ -62,22 +110,21 @@ class Rejected(Exception):
     """A span that claims to be an LLM request but cannot be used (the reason is counted)."""
 
 
-def _num(attrs: dict[str, AttrValue], *keys: str) -> float | None:
+def _num(attrs: dict[str, AttrValue], keys: tuple[str, ...]) -> float | None:
     for key in keys:
         v = attrs.get(key)
-        if isinstance(v, bool):
-            continue
-        if isinstance(v, int | float):
-            return float(v)
-        if isinstance(v, str):
+        kind = type(v)  # exact types: a bool is not a number here
+        if kind is int or kind is float:
+            return float(v)  # type: ignore[arg-type]
+        if kind is str:
             try:
-                return float(v)
+                return float(v)  # type: ignore[arg-type]
             except ValueError:
                 continue
     return None
 
 
-def _str(attrs: dict[str, AttrValue], *keys: str) -> str | None:
+def _str(attrs: dict[str, AttrValue], keys: tuple[str, ...]) -> str | None:
     for key in keys:
         v = attrs.get(key)
         if isinstance(v, str) and v:
@@ -92,7 +139,7 @@ def is_llm_span(span: SpanRecord) -> bool:
     return (
         span.name in ("llm_request", "litellm_request")
         or "gen_ai.latency.e2e" in a
-        or a.get("gen_ai.operation.name") in GENAI_OPERATIONS
+        or a.get(OPERATION) in GENAI_OPERATIONS
         or "llm.token_count.prompt" in a
         or "gen_ai.usage.input_tokens" in a
         or "gen_ai.usage.prompt_tokens" in a
@@ -101,90 +148,60 @@ def is_llm_span(span: SpanRecord) -> bool:
 
 def normalize(span: SpanRecord, rules: Sequence[Rule] = (), default_business_type: str = "unassigned") -> RequestRecord:
     """Raises Rejected with the reason for an unusable span."""
-    a = {**span.resource, **span.attributes}
-    for key, value in span.attributes.items():
+    a = {**span.resource, **span.attributes} if span.resource else span.attributes
+    for key, value in a.items():
         if isinstance(value, str) and len(value) > MAX_ATTRIBUTE_CHARS:
             raise Rejected(f"attribute {key} is {len(value)} characters long (limit {MAX_ATTRIBUTE_CHARS})")
-    if span.start_time_unix_nano <= 0 or span.end_time_unix_nano <= 0:
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    if start <= 0 or end <= 0:
         raise Rejected("missing start or end timestamp")
-    if span.end_time_unix_nano < span.start_time_unix_nano:
+    if end < start:
         raise Rejected("span ends before it starts")
-    duration = (span.end_time_unix_nano - span.start_time_unix_nano) / 1e9
     vllm = span.name == "llm_request" or "gen_ai.latency.e2e" in a
-    measured_at = (
-        ENGINE
-        if vllm
-        else (
-            GATEWAY
-            if span.name == "litellm_request" or "llm.model_name" in a or "gen_ai.original.model" in a
-            else CLIENT
-        )
-    )
-    if str(a.get("llmslo.measured_at", "")) in (ENGINE, GATEWAY, CLIENT):
-        measured_at = str(a["llmslo.measured_at"])
-    input_tokens = _num(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
-    output_tokens = _num(
-        a, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion"
-    )
-    cached = (
-        _num(
-            a,
-            "gen_ai.usage.cache_read.input_tokens",
-            "gen_ai.usage.cache_read_input_tokens",
-            "llm.token_count.prompt_details.cache_read",
-        )
-        or 0.0
-    )
-    e2e = _num(a, "gen_ai.latency.e2e") or duration
-    ttft = _num(
-        a,
-        "gen_ai.latency.time_to_first_token",
-        "gen_ai.response.time_to_first_chunk",
-        "gen_ai.server.time_to_first_token",
-    )
-    if ttft is None:  # a first-token span event
-        first = next(
-            (
-                t
-                for name, t in span.events
-                if name in ("gen_ai.first_token", "first_token", "gen_ai.content.first_chunk")
-            ),
-            None,
-        )
-        if first is not None and first >= span.start_time_unix_nano:
-            ttft = (first - span.start_time_unix_nano) / 1e9
-    out = int(output_tokens or 0)
+    if vllm:
+        measured_at = ENGINE
+    elif span.name == "litellm_request" or any(k in a for k in GATEWAY_MARKERS):
+        measured_at = GATEWAY
+    else:
+        measured_at = CLIENT
+    claimed = a.get(MEASURED_AT)
+    if claimed in (ENGINE, GATEWAY, CLIENT):
+        measured_at = str(claimed)
+    e2e = _num(a, E2E)
+    if e2e is None:
+        e2e = (end - start) / 1e9
+    ttft = _num(a, TTFT)
+    if ttft is None and span.events:  # a first-token span event
+        first = next((t for name, t in span.events if name in FIRST_TOKEN_EVENTS), None)
+        if first is not None and first >= start:
+            ttft = (first - start) / 1e9
+    out = int(_num(a, OUTPUT_TOKENS) or 0)
     tpot = (e2e - ttft) / (out - 1) if ttft is not None and out > 1 and e2e >= ttft else None
-    error_type = _str(a, "error.type") or ("error" if span.status_error else "")
-    finish = _str(a, "gen_ai.response.finish_reasons", "gen_ai.response.finish_reason") or (
-        "error" if error_type else "unknown"
-    )
-    model = _str(a, "gen_ai.response.model", "gen_ai.request.model", "llm.model_name", "model") or "unknown"
-    tenant = (
-        _str(a, "llmslo.tenant", "metadata.user_api_key_team_id", "metadata.user_api_key_alias", "tenant.id")
-        or "unknown"
-    )
-    business = _str(a, "llmslo.business_type") or default_business_type
+    error_type = _str(a, ERROR_TYPE) or ("error" if span.status_error else "")
+    finish = _str(a, FINISH) or ("error" if error_type else "unknown")
+    model = _str(a, MODEL) or "unknown"
+    tenant = _str(a, TENANT) or "unknown"
+    business = _str(a, BUSINESS_TYPE) or default_business_type
     for rule in rules:
-        if rule.matches({**a, "model": model}):
+        if rule.matches(a, model):
             business = rule.business_type or business
             tenant = rule.tenant or tenant
     return RequestRecord(
-        trace_id=span.trace_id,
-        span_id=span.span_id,
-        start_unix=span.start_time_unix_nano / 1e9,
-        end_unix=span.end_time_unix_nano / 1e9,
-        measured_at=measured_at,
-        model=model,
-        business_type=business,
-        tenant=tenant,
-        input_tokens=int(input_tokens or 0),
-        cached_input_tokens=int(cached),
-        output_tokens=out,
-        ttft_seconds=ttft,
-        tpot_seconds=tpot,
-        e2e_seconds=e2e,
-        queue_seconds=_num(a, "gen_ai.latency.time_in_queue"),
-        finish_reason=finish,
-        error_type=error_type,
+        span.trace_id,
+        span.span_id,
+        start / 1e9,
+        end / 1e9,
+        measured_at,
+        model,
+        business,
+        tenant,
+        int(_num(a, INPUT_TOKENS) or 0),
+        int(_num(a, CACHED_TOKENS) or 0),
+        out,
+        ttft,
+        tpot,
+        e2e,
+        _num(a, QUEUE),
+        finish,
+        error_type,
     )

@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import zlib
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,14 +34,14 @@ class OtlpError(Exception):
         super().__init__(message)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SpanRecord:
-    trace_id: str  # hex
-    span_id: str  # hex
+    trace_id: bytes  # 16 bytes
+    span_id: bytes  # 8 bytes
     name: str
     start_time_unix_nano: int
     end_time_unix_nano: int
-    attributes: dict[str, AttrValue]
+    attributes: dict[str, AttrValue]  # only the keys asked for (see spans_of)
     resource: dict[str, AttrValue]
     events: tuple[tuple[str, int], ...]  # (name, time_unix_nano)
     status_error: bool
@@ -104,37 +105,44 @@ def _hex_ids_to_base64(data: Any) -> Any:
     return data
 
 
-_SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value"})
-
-
 def _value(v: AnyValue) -> AttrValue:
     kind = v.WhichOneof("value")
-    if kind in _SCALARS:
-        return getattr(v, kind)  # type: ignore[no-any-return]
+    if kind is None or kind == "bytes_value":
+        return None
     if kind == "array_value":
         return [_value(x) for x in v.array_value.values]
     if kind == "kvlist_value":
         return {kv.key: _value(kv.value) for kv in v.kvlist_value.values}  # type: ignore[return-value]
-    return None
+    return getattr(v, kind)  # type: ignore[no-any-return]
 
 
-def spans_of(req: ExportTraceServiceRequest) -> list[SpanRecord]:
+def _attributes(kvs: Any, wanted: Container[str] | None) -> dict[str, AttrValue]:
+    if wanted is None:
+        return {kv.key: _value(kv.value) for kv in kvs}
+    # the hot path: most attributes (prompts, request parameters) are never read, so their values
+    # are never turned into Python objects, whatever their size
+    return {kv.key: _value(kv.value) for kv in kvs if kv.key in wanted}
+
+
+def spans_of(req: ExportTraceServiceRequest, wanted: Container[str] | None = None) -> list[SpanRecord]:
+    """Every span of the request, with the attributes named in `wanted` (all when None)."""
     out: list[SpanRecord] = []
+    append = out.append
     for rs in req.resource_spans:
-        resource = {a.key: _value(a.value) for a in rs.resource.attributes}
+        resource = _attributes(rs.resource.attributes, wanted)
         for ss in rs.scope_spans:
             for s in ss.spans:
-                out.append(
+                append(
                     SpanRecord(
-                        trace_id=s.trace_id.hex(),
-                        span_id=s.span_id.hex(),
-                        name=s.name,
-                        start_time_unix_nano=s.start_time_unix_nano,
-                        end_time_unix_nano=s.end_time_unix_nano,
-                        attributes={a.key: _value(a.value) for a in s.attributes},
-                        resource=resource,
-                        events=tuple((e.name, e.time_unix_nano) for e in s.events),
-                        status_error=s.status.code == 2,
+                        s.trace_id,
+                        s.span_id,
+                        s.name,
+                        s.start_time_unix_nano,
+                        s.end_time_unix_nano,
+                        _attributes(s.attributes, wanted),
+                        resource,
+                        tuple((e.name, e.time_unix_nano) for e in s.events) if s.events else (),
+                        s.status.code == 2,
                     )
                 )
     return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -14,6 +13,14 @@ from collector.traces.sketch import Sketch
 # token-length histogram bounds, log-spaced (for drift): 1, 2, 4, ... 2^20
 LENGTH_BOUNDS = tuple(float(2**i) for i in range(21))
 LATENCIES = ("ttft", "tpot", "e2e", "queue")
+FIELD_OF = {name: f"{name}_seconds" for name in LATENCIES}  # latency -> RequestRecord field
+LATENCY_FIELDS = tuple(FIELD_OF.items())
+
+
+def length_bucket(tokens: int) -> int:
+    """Index of the first LENGTH_BOUNDS bound >= tokens (bisect_left), by bit arithmetic:
+    the bounds are powers of two, and this runs twice for every request."""
+    return min((tokens - 1).bit_length(), len(LENGTH_BOUNDS)) if tokens > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,29 +58,34 @@ class RequestCell:
     def add(self, r: RequestRecord, targets: Sequence[LatencyTarget]) -> None:
         self.total += 1
         self.finish[r.finish_reason] = self.finish.get(r.finish_reason, 0) + 1
-        if r.is_error:
+        failed = bool(r.error_type)
+        if failed:
             self.errors += 1
             self.error_types[r.error_type] = self.error_types.get(r.error_type, 0) + 1
         self.input_tokens += r.input_tokens
         self.cached_input_tokens += r.cached_input_tokens
         self.output_tokens += r.output_tokens
-        values = {"ttft": r.ttft_seconds, "tpot": r.tpot_seconds, "e2e": r.e2e_seconds, "queue": r.queue_seconds}
-        for name in LATENCIES:
-            v = values[name]
+        sketches = self.sketches
+        for name, field_name in LATENCY_FIELDS:
+            v = getattr(r, field_name)
             if v is not None:
-                self.sketches.setdefault(name, Sketch()).add(v)
-        joint = bool(targets) and not r.is_error
-        for t in targets:
-            v = values.get(t.metric)
-            # TPOT is undefined for one-token outputs: such a request cannot miss a TPOT objective
-            ok = not r.is_error and (v <= t.threshold_seconds if v is not None else t.metric == "tpot")
-            if ok:
-                self.good[t.slo] = self.good.get(t.slo, 0) + 1
-            joint = joint and ok
-        if joint:
-            self.jointly_good += 1
-        self.input_lengths[bisect.bisect_left(LENGTH_BOUNDS, r.input_tokens)] += 1
-        self.output_lengths[bisect.bisect_left(LENGTH_BOUNDS, r.output_tokens)] += 1
+                sketch = sketches.get(name)
+                if sketch is None:
+                    sketch = sketches[name] = Sketch()
+                sketch.add(v)
+        if targets:
+            joint = not failed
+            for t in targets:
+                v = getattr(r, FIELD_OF[t.metric])
+                # TPOT is undefined for one-token outputs: such a request cannot miss a TPOT objective
+                ok = not failed and (v <= t.threshold_seconds if v is not None else t.metric == "tpot")
+                if ok:
+                    self.good[t.slo] = self.good.get(t.slo, 0) + 1
+                joint = joint and ok
+            if joint:
+                self.jointly_good += 1
+        self.input_lengths[length_bucket(r.input_tokens)] += 1
+        self.output_lengths[length_bucket(r.output_tokens)] += 1
 
     def merge(self, o: RequestCell) -> None:
         self.total += o.total

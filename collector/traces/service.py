@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
 from fastapi import Request, Response
 
 from collector.traces import otlp
-from collector.traces.normalize import Rejected, Rule, is_llm_span, normalize
+from collector.traces.normalize import Rejected, Rule, is_llm_span, normalize, wanted_attributes
 from collector.traces.rollup import LatencyTarget
 from collector.traces.store import ingest
 
@@ -34,6 +33,7 @@ class TraceIngest:
         cfg = runtime.settings.traces
         self.cfg = cfg
         self.rules = [Rule(r.attribute, r.pattern, r.business_type, r.tenant) for r in cfg.classification]
+        self.wanted = wanted_attributes(self.rules)
         self.in_flight = 0
         self.spans = Counter[str]()  # accepted | duplicate | rejected | ignored
         self.requests = Counter[str]()  # by HTTP status
@@ -90,7 +90,7 @@ class TraceIngest:
                 return self._answer(413, f"body exceeds the limit of {limit} bytes", as_json)
         try:
             data = otlp.decompress(bytes(body), request.headers.get("content-encoding"), limit)
-            spans = otlp.spans_of(otlp.parse_request(data, request.headers.get("content-type")))
+            spans = otlp.spans_of(otlp.parse_request(data, request.headers.get("content-type")), self.wanted)
         except otlp.OtlpError as exc:
             return self._answer(exc.status, exc.message, as_json)
         records, reasons = [], Counter[str]()
@@ -103,7 +103,7 @@ class TraceIngest:
             except Rejected as exc:
                 reasons[str(exc)] += 1
         try:
-            new = await asyncio.to_thread(ingest, self.runtime.store, records, self.targets_of(), time.time())
+            new = await asyncio.to_thread(ingest, self.runtime.store, records, self.targets_of())
         except Exception as exc:
             log.warning("trace batch not stored (%s): the client will retry", type(exc).__name__)
             return self._answer(503, "store unavailable, retry later", as_json, retry_after=2)

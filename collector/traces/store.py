@@ -5,39 +5,55 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy import delete, select, tuple_
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS
 from collector.store.repository import Store, upsert
-from collector.store.tables import request_rollups, span_ids
+from collector.store.tables import request_rollups, span_keys
 from collector.traces.normalize import RequestRecord
 from collector.traces.rollup import LatencyTarget, RequestCell, RequestKey, aggregate
 
 _write_lock = threading.Lock()  # one writer per process: dedupe checks and merges stay consistent
 
 
-def ingest(
-    store: Store, records: Sequence[RequestRecord], targets_of: dict[str, list[LatencyTarget]], now_unix: float
-) -> int:
+def span_key(r: RequestRecord) -> bytes:
+    """The deduplication key: the span's end (milliseconds), then trace and span id (tables.span_keys)."""
+    return _time_prefix(r.end_unix) + r.trace_id + r.span_id
+
+
+def _time_prefix(unix: float) -> bytes:
+    return max(0, int(unix * 1000)).to_bytes(8, "big")
+
+
+def ingest(store: Store, records: Sequence[RequestRecord], targets_of: dict[str, list[LatencyTarget]]) -> int:
     """Store the records not seen before (by trace and span id); returns how many were new.
     When this returns, they are committed: a crash right after loses nothing."""
     if not records:
         return 0
+    first: dict[bytes, RequestRecord] = {}
+    for r in records:
+        first.setdefault(span_key(r), r)
+    keys = sorted(first)  # in time order: new keys land at the index's end, touching few pages
     with _write_lock, store.engine.begin() as conn:
-        # one statement: insert the ids, skipping those already stored, and get back the new ones
-        first: dict[tuple[str, str], RequestRecord] = {}
-        for r in records:
-            first.setdefault((r.trace_id, r.span_id), r)
-        stmt = _insert(conn, span_ids).on_conflict_do_nothing().returning(span_ids.c.trace_id, span_ids.c.span_id)
-        new = conn.execute(stmt, [{"trace_id": t, "span_id": s, "seen_unix": now_unix} for t, s in first]).all()
-        fresh = [first[(row.trace_id, row.span_id)] for row in new]
-        if not fresh:
+        # the ids already stored, then the rest inserted: one writer per process holds the lock, and a
+        # second process racing on the same ids fails its transaction on the primary key (it answers
+        # 503 and its client retries, finding them stored)
+        # plain driver SQL: this runs for every span, and SQLAlchemy's per-value processing of a
+        # LargeBinary would cost more than the lookup itself
+        mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+        seen: set[bytes] = set()
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            found = conn.exec_driver_sql(
+                f"SELECT id FROM {span_keys.name} WHERE id IN ({','.join([mark] * len(chunk))})", tuple(chunk)
+            )
+            seen.update(bytes(row[0]) for row in found)
+        fresh_keys = [k for k in keys if k not in seen]
+        if not fresh_keys:
             return 0
-        cells = aggregate(fresh, targets_of)
+        conn.exec_driver_sql(f"INSERT INTO {span_keys.name} (id) VALUES ({mark})", [(k,) for k in fresh_keys])
+        cells = aggregate((first[k] for k in fresh_keys), targets_of)
         existing: dict[RequestKey, RequestCell] = {}
         cell_keys = list(cells)
         for i in range(0, len(cell_keys), 200):
@@ -71,13 +87,7 @@ def ingest(
                 }
             )
         upsert(conn, request_rollups, rows, [*RequestKey._fields, "period_seconds"], ["data"])
-    return len(fresh)
-
-
-def _insert(conn: Any, table: Any) -> Any:
-    if conn.dialect.name == "postgresql":
-        return pg_dialect.insert(table)
-    return sqlite_dialect.insert(table)
+    return len(fresh_keys)
 
 
 def read_requests(store: Store, start_unix: int, end_unix: int) -> list[tuple[RequestKey, RequestCell]]:
@@ -157,5 +167,6 @@ def compact_requests(store: Store, now_unix: float, minute_retention: float, hou
 
 
 def expire_span_ids(store: Store, older_than_unix: float) -> int:
+    """Forget the ids of spans that ended before `older_than_unix` (the deduplication horizon)."""
     with _write_lock, store.engine.begin() as conn:
-        return int(conn.execute(delete(span_ids).where(span_ids.c.seen_unix < older_than_unix)).rowcount or 0)
+        return int(conn.execute(delete(span_keys).where(span_keys.c.id < _time_prefix(older_than_unix))).rowcount or 0)

@@ -147,8 +147,8 @@ def test_goodput_and_trace_latency_come_from_request_rollups(rules) -> None:  # 
 
     def rec(i: int, ttft: float, error: str = "") -> RequestRecord:
         return RequestRecord(
-            f"{i:032x}",
-            f"{i:016x}",
+            i.to_bytes(16, "big"),
+            i.to_bytes(8, "big"),
             END - 90,
             END - 70,
             "gateway",

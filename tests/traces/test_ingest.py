@@ -227,11 +227,12 @@ def good_json(i: int = 1) -> bytes:
 
 
 def test_otlp_json_gzip_and_deflate_bodies_are_accepted_and_retries_count_once(server: Server) -> None:
-    assert post(server, good_json(1)).status_code == 200
+    first = good_json(1)
+    assert post(server, first).status_code == 200
     assert post(server, gzip.compress(good_json(2)), **{"Content-Encoding": "gzip"}).status_code == 200
     assert post(server, zlib.compress(good_json(3)), **{"Content-Encoding": "deflate"}).status_code == 200
     assert server.summary()["requests"] == 3
-    retry = post(server, good_json(1))  # the same trace and span id again: a retried batch
+    retry = post(server, first)  # the same spans again: a retried batch
     assert retry.status_code == 200 and json.loads(retry.text) == {}
     assert server.summary()["requests"] == 3
 
@@ -268,7 +269,7 @@ def test_bad_spans_are_rejected_with_partial_success(server: Server) -> None:
     now = time.time_ns() - 2_000_000_000
     cases = [
         otlp_json(
-            "a" * 32, "1" * 16, now, now + 10, **{"gen_ai.operation.name": "chat", "gen_ai.prompt": "x" * 70_000}
+            "a" * 32, "1" * 16, now, now + 10, **{"gen_ai.operation.name": "chat", "gen_ai.request.model": "m" * 70_000}
         ),
         otlp_json("b" * 32, "2" * 16, 0, 0, **{"gen_ai.operation.name": "chat"}),
         otlp_json("c" * 32, "3" * 16, now, now - 1_000, **{"gen_ai.operation.name": "chat"}),
@@ -282,6 +283,12 @@ def test_bad_spans_are_rejected_with_partial_success(server: Server) -> None:
         reasons.append(partial["errorMessage"])
     assert "characters long" in reasons[0] and "missing start or end" in reasons[1] and "ends before" in reasons[2]
     assert server.summary()["requests"] == 0
+    # a huge attribute llmslo does not read (captured prompt content) costs nothing and rejects nothing
+    big = {"gen_ai.operation.name": "chat", "gen_ai.prompt": "x" * 70_000}
+    prompt = otlp_json("d" * 32, "4" * 16, now, now + 10, **big)
+    r = post(server, prompt)
+    assert r.status_code == 200 and "partialSuccess" not in json.loads(r.text)
+    assert server.summary()["requests"] == 1
     proto = ExportTraceServiceRequest()
     rs = proto.resource_spans.add().scope_spans.add().spans.add()
     rs.trace_id, rs.span_id, rs.name = b"\x01" * 16, b"\x02" * 8, "chat m"
@@ -295,11 +302,12 @@ def test_a_2xx_survives_kill_9(tmp_path: Path) -> None:
     s = Server(tmp_path)
     s.start()
     try:
-        assert post(s, good_json(42)).status_code == 200
+        batch = good_json(42)
+        assert post(s, batch).status_code == 200
         s.stop(signal.SIGKILL)  # right after the answer: nothing may be lost
         s.start()
         assert s.summary()["requests"] == 1
-        assert post(s, good_json(42)).status_code == 200  # a retry after the crash still counts once
+        assert post(s, batch).status_code == 200  # a retry after the crash still counts once
         assert s.summary()["requests"] == 1
     finally:
         if s.proc and s.proc.poll() is None:

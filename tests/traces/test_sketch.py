@@ -59,3 +59,12 @@ def test_zeros_negative_and_empty() -> None:
     for v in (0.0, 0.0, -1.0, float("nan"), 1.0):
         s.add(v)
     assert s.count == 3 and s.quantile(0.0) == 0.0 and s.quantile(1.0) == pytest.approx(1.0, rel=0.01)
+
+
+def test_length_buckets_match_bisect_on_the_bounds() -> None:
+    import bisect
+
+    from collector.traces.rollup import LENGTH_BOUNDS, length_bucket
+
+    for n in [*range(0, 5000), 2**20 - 1, 2**20, 2**20 + 1, 2**30]:
+        assert length_bucket(n) == bisect.bisect_left(LENGTH_BOUNDS, n), n

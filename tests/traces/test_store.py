@@ -5,7 +5,7 @@ from __future__ import annotations
 from collector.store.repository import Store
 from collector.traces.normalize import RequestRecord
 from collector.traces.rollup import LatencyTarget
-from collector.traces.store import compact_requests, ingest, read_requests
+from collector.traces.store import compact_requests, expire_span_ids, ingest, read_requests
 from collector.traces.summary import summarize
 
 T0 = 1_800_000_000 - 1_800_000_000 % 3600  # an hour boundary
@@ -14,8 +14,8 @@ TARGETS = {"chat": [LatencyTarget("chat-ttft", "ttft", 1.0)]}
 
 def rec(i: int, end: float, ttft: float = 0.5, tenant: str = "acme") -> RequestRecord:
     return RequestRecord(
-        f"{i:032x}",
-        f"{i:016x}",
+        i.to_bytes(16, "big"),
+        i.to_bytes(8, "big"),
         end - 2,
         end,
         "gateway",
@@ -36,8 +36,8 @@ def rec(i: int, end: float, ttft: float = 0.5, tenant: str = "acme") -> RequestR
 
 def test_duplicates_within_and_across_batches_count_once(store: Store) -> None:
     batch = [rec(1, T0 + 10), rec(2, T0 + 20), rec(1, T0 + 10)]
-    assert ingest(store, batch, TARGETS, T0) == 2
-    assert ingest(store, batch, TARGETS, T0) == 0
+    assert ingest(store, batch, TARGETS) == 2
+    assert ingest(store, batch, TARGETS) == 0
     s = summarize(read_requests(store, T0, T0 + 60))
     assert s.requests == 2 and s.input_tokens == 200 and s.cache_hit_ratio == 0.4
     assert s.good_ratio == {"chat-ttft": 1.0}
@@ -46,7 +46,7 @@ def test_duplicates_within_and_across_batches_count_once(store: Store) -> None:
 def test_compaction_into_hours_keeps_totals_and_percentiles(store: Store) -> None:
     records = [rec(i, T0 + i * 3.0, ttft=0.1 + (i % 50) / 100, tenant=("a", "b")[i % 2]) for i in range(2400)]
     for i in range(0, len(records), 500):
-        ingest(store, records[i : i + 500], TARGETS, T0)
+        ingest(store, records[i : i + 500], TARGETS)
     end = T0 + 2 * 3600
     before = summarize(read_requests(store, T0, end))
     assert before.requests == 2400
@@ -58,3 +58,12 @@ def test_compaction_into_hours_keeps_totals_and_percentiles(store: Store) -> Non
     assert after.good_ratio == before.good_ratio
     # an hour row counts only in windows that hold the whole hour
     assert summarize(read_requests(store, T0 + 1800, end)).requests == 1200
+
+
+def test_span_ids_expire_by_the_end_of_their_span(store: Store) -> None:
+    old, new = rec(1, T0 + 10), rec(2, T0 + 7200)
+    assert ingest(store, [old, new], TARGETS) == 2
+    assert expire_span_ids(store, older_than_unix=T0 + 3600) == 1
+    # the expired id is forgotten (a retry that late counts again); the recent one still deduplicates
+    assert ingest(store, [old, new], TARGETS) == 1
+    assert summarize(read_requests(store, T0, T0 + 7260)).requests == 3
