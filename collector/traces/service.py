@@ -90,7 +90,7 @@ class TraceIngest:
                 return self._answer(413, f"body exceeds the limit of {limit} bytes", as_json)
         try:
             data = otlp.decompress(bytes(body), request.headers.get("content-encoding"), limit)
-            spans = otlp.spans_of(otlp.parse_request(data, request.headers.get("content-type")), self.wanted)
+            spans = otlp.decode(data, request.headers.get("content-type"), self.wanted)
         except otlp.OtlpError as exc:
             return self._answer(exc.status, exc.message, as_json)
         records, reasons = [], Counter[str]()
