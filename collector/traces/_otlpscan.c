@@ -40,10 +40,61 @@ typedef struct {
     const uint8_t *end;
 } Buf;
 
-/* Set when the input needs the pure-Python path: scan() then returns NotImplemented. */
+/* The wanted keys as a small open-addressing hash table of their UTF-8 bytes: an attribute key
+ * is looked up straight from the wire, so an unwanted key never becomes a Python object and a
+ * wanted one reuses the set's own str. */
+#define SLOTS 256
 typedef struct {
-    int fallback;
+    const char *s; /* NULL: empty slot */
+    Py_ssize_t n;
+    uint64_t hash;
+    PyObject *key; /* borrowed from the wanted set, which outlives the scan */
+} Slot;
+
+typedef struct {
+    int fallback;  /* set when the input needs the pure-Python path: scan() returns NotImplemented */
+    int use_table; /* 0: look keys up in the set itself (too many wanted keys for the table) */
+    Slot table[SLOTS];
 } Ctx;
+
+static uint64_t fnv1a(const uint8_t *p, Py_ssize_t n) {
+    uint64_t h = 14695981039346656037ULL;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static int build_table(Ctx *ctx, PyObject *wanted) {
+    if (PySet_GET_SIZE(wanted) > SLOTS / 2) return 0; /* keep probes short: fall back to the set */
+    PyObject *it = PyObject_GetIter(wanted), *key;
+    if (it == NULL) return -1;
+    while ((key = PyIter_Next(it)) != NULL) {
+        Py_ssize_t n;
+        const char *s = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &n) : NULL;
+        Py_DECREF(key); /* the set keeps it alive */
+        if (s == NULL) {
+            Py_DECREF(it);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "wanted must hold str keys");
+            return -1;
+        }
+        uint64_t h = fnv1a((const uint8_t *)s, n);
+        size_t i = h & (SLOTS - 1);
+        while (ctx->table[i].s != NULL) i = (i + 1) & (SLOTS - 1);
+        ctx->table[i] = (Slot){s, n, h, key};
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) return -1;
+    ctx->use_table = 1;
+    return 0;
+}
+
+static PyObject *table_lookup(const Ctx *ctx, const uint8_t *s, Py_ssize_t n) {
+    uint64_t h = fnv1a(s, n);
+    for (size_t i = h & (SLOTS - 1); ctx->table[i].s != NULL; i = (i + 1) & (SLOTS - 1)) {
+        const Slot *slot = &ctx->table[i];
+        if (slot->hash == h && slot->n == n && memcmp(slot->s, s, (size_t)n) == 0) return slot->key;
+    }
+    return NULL;
+}
 
 static int malformed(const char *what) {
     PyErr_Format(PyExc_ValueError, "malformed OTLP protobuf: %s", what);
@@ -115,7 +166,8 @@ static PyObject *any_value(Ctx *ctx, Buf b, int depth);
 
 /* KeyValue -> (key, value) into dict; with `wanted`, other keys are skipped unconverted. */
 static int key_value(Ctx *ctx, Buf b, PyObject *wanted, PyObject *dict, int depth) {
-    Buf key = {NULL, NULL}, value = {NULL, NULL};
+    static const uint8_t empty[1] = {0};
+    Buf key = {empty, empty}, value = {NULL, NULL}; /* no key field: the empty string */
     int values = 0;
     while (b.p < b.end) {
         uint32_t field, wire;
@@ -133,9 +185,14 @@ static int key_value(Ctx *ctx, Buf b, PyObject *wanted, PyObject *dict, int dept
         ctx->fallback = 1;
         return 0;
     }
-    PyObject *k = key.p ? utf8(key) : PyUnicode_FromStringAndSize("", 0);
-    if (k == NULL) return -1;
-    if (wanted != Py_None) {
+    PyObject *k;
+    if (wanted != Py_None && ctx->use_table) {
+        k = table_lookup(ctx, key.p, key.end - key.p);
+        if (k == NULL) return 0; /* not wanted */
+        Py_INCREF(k);
+    } else if ((k = utf8(key)) == NULL) {
+        return -1;
+    } else if (wanted != Py_None) {
         int in = PySet_Contains(wanted, k);
         if (in <= 0) {
             Py_DECREF(k);
@@ -395,7 +452,9 @@ static PyObject *scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE)) return NULL;
     Buf b = {(const uint8_t *)view.buf, (const uint8_t *)view.buf + view.len};
     Ctx ctx = {0};
-    PyObject *out = PyList_New(0);
+    PyObject *out = NULL;
+    if (wanted != Py_None && build_table(&ctx, wanted)) goto fail;
+    out = PyList_New(0);
     if (out == NULL) goto fail;
     while (b.p < b.end) {
         uint32_t field, wire;

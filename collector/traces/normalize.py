@@ -103,7 +103,12 @@ class Rule:
 
     def matches(self, attrs: dict[str, AttrValue], model: str) -> bool:
         value = model if self.attribute == "model" else attrs.get(self.attribute)
-        return value is not None and re.fullmatch(self.pattern, str(value)) is not None
+        if value is None:
+            return False
+        text = str(value)
+        if len(text) > MAX_ATTRIBUTE_CHARS:
+            raise Rejected(f"attribute {self.attribute} is {len(text)} characters long (limit {MAX_ATTRIBUTE_CHARS})")
+        return re.fullmatch(self.pattern, text) is not None
 
 
 class Rejected(Exception):
@@ -125,12 +130,16 @@ def _num(attrs: dict[str, AttrValue], keys: tuple[str, ...]) -> float | None:
 
 
 def _str(attrs: dict[str, AttrValue], keys: tuple[str, ...]) -> str | None:
+    """The first non-empty string (or first string of a list) among keys; Rejected when it is over
+    MAX_ATTRIBUTE_CHARS: such a model, tenant or finish reason is not a label anyone can use."""
     for key in keys:
         v = attrs.get(key)
+        if isinstance(v, list) and v:
+            v = v[0]
         if isinstance(v, str) and v:
+            if len(v) > MAX_ATTRIBUTE_CHARS:
+                raise Rejected(f"attribute {key} is {len(v)} characters long (limit {MAX_ATTRIBUTE_CHARS})")
             return v
-        if isinstance(v, list) and v and isinstance(v[0], str):
-            return v[0]
     return None
 
 
@@ -149,9 +158,6 @@ def is_llm_span(span: SpanRecord) -> bool:
 def normalize(span: SpanRecord, rules: Sequence[Rule] = (), default_business_type: str = "unassigned") -> RequestRecord:
     """Raises Rejected with the reason for an unusable span."""
     a = {**span.resource, **span.attributes} if span.resource else span.attributes
-    for key, value in a.items():
-        if isinstance(value, str) and len(value) > MAX_ATTRIBUTE_CHARS:
-            raise Rejected(f"attribute {key} is {len(value)} characters long (limit {MAX_ATTRIBUTE_CHARS})")
     start, end = span.start_time_unix_nano, span.end_time_unix_nano
     if start <= 0 or end <= 0:
         raise Rejected("missing start or end timestamp")
@@ -160,7 +166,7 @@ def normalize(span: SpanRecord, rules: Sequence[Rule] = (), default_business_typ
     vllm = span.name == "llm_request" or "gen_ai.latency.e2e" in a
     if vllm:
         measured_at = ENGINE
-    elif span.name == "litellm_request" or any(k in a for k in GATEWAY_MARKERS):
+    elif span.name == "litellm_request" or GATEWAY_MARKERS[0] in a or GATEWAY_MARKERS[1] in a:
         measured_at = GATEWAY
     else:
         measured_at = CLIENT

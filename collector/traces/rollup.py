@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from collector.rollup import period_start
+from collector.rollup import MINUTE_SECONDS
 from collector.traces.normalize import RequestRecord
 from collector.traces.sketch import Sketch
 
@@ -142,7 +142,8 @@ def aggregate(
     """Records -> minute cells keyed by (minute of the request's end, business type, model, tenant, clock)."""
     cells: dict[RequestKey, RequestCell] = {}
     for r in records:
-        key = RequestKey(period_start(r.end_unix), r.business_type, r.model, r.tenant, r.measured_at)
+        minute = int(r.end_unix // MINUTE_SECONDS) * MINUTE_SECONDS  # rollup.period_start, inlined
+        key = RequestKey(minute, r.business_type, r.model, r.tenant, r.measured_at)
         cell = cells.get(key)
         if cell is None:
             cell = cells[key] = RequestCell()

@@ -108,7 +108,10 @@ def handmade_body() -> bytes:
     return req.SerializeToString()
 
 
-@pytest.mark.parametrize("wanted", [WANTED, None], ids=["wanted", "all"])
+MANY = WANTED | {f"rule.attribute.{i}" for i in range(200)}  # more than the scanner's key table holds
+
+
+@pytest.mark.parametrize("wanted", [WANTED, MANY, frozenset(), None], ids=["wanted", "many", "none", "all"])
 @pytest.mark.parametrize("make", [sdk_body, handmade_body])
 def test_scanner_equals_protobuf_decoder(make, wanted) -> None:  # type: ignore[no-untyped-def]
     scanned, reference = both(make(), wanted)
@@ -208,6 +211,8 @@ def test_garbage_and_wrong_arguments_are_errors_not_crashes() -> None:
         scanner.scan(b"", ["not", "a", "set"], otlp.SpanRecord)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         scanner.scan(b"")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="str keys"):
+        scanner.scan(b"", {1, 2}, otlp.SpanRecord)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="beyond the end"):
         scanner.scan(b"\x0a\x05abc", None, otlp.SpanRecord)
     with pytest.raises(ValueError, match="truncated varint"):
