@@ -147,6 +147,9 @@ class TracesConfig(_Strict):
     classification: list[ClassificationRule] = Field(default_factory=list)
     top_tenants: int = Field(20, ge=1)
     otlp_http_port: int | None = Field(None, ge=0, le=65535, description="also serve POST /v1/traces here (4318)")
+    otlp_grpc_port: int | None = Field(
+        None, ge=0, le=65535, description="serve OTLP/gRPC TraceService/Export here (4317; the grpc extra)"
+    )
 
 
 class ServerConfig(_Strict):

@@ -95,6 +95,7 @@ def quantile_label(q: float) -> str:
 LABEL_TENANT: Final = "tenant"
 LABEL_RESULT: Final = "result"
 LABEL_STATUS: Final = "status"
+LABEL_TRANSPORT: Final = "transport"  # http | grpc
 LABEL_MEASURED_AT: Final = "measured_at"
 OTHER_TENANTS: Final = "other"
 TRACE_SPANS_TOTAL: Final = PREFIX + "trace_spans_total"

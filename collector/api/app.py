@@ -31,6 +31,7 @@ from collector.api.schemas import (
 from collector.config import Settings, format_duration, parse_duration
 from collector.runtime import Runtime, window_bounds
 from collector.scheduler import build_scheduler
+from collector.traces.grpc_server import start_grpc
 from collector.traces.store import read_requests
 from collector.traces.summary import summarize
 
@@ -90,9 +91,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         if scheduler is not None:
             scheduler.start()
         otlp = await _start_otlp_port(rt, settings)
+        grpc_port = settings.traces.otlp_grpc_port
+        grpc = await start_grpc(rt.traces, settings.server.host, grpc_port) if grpc_port is not None else None
         try:
             yield
         finally:
+            if grpc is not None:
+                await grpc.stop(grace=5)
             if otlp is not None:
                 otlp[0].should_exit = True
                 await otlp[1]

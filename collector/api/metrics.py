@@ -45,10 +45,12 @@ class LlmsloCollector(Collector):
         for result in ("accepted", "duplicate", "rejected", "ignored"):
             spans.add_metric([result], float(t.spans.get(result, 0)))
         calls = CounterMetricFamily(
-            conv.TRACE_REQUESTS_TOTAL, "OTLP export requests, by HTTP status.", labels=[conv.LABEL_STATUS]
+            conv.TRACE_REQUESTS_TOTAL,
+            "OTLP export requests, by transport and status (as in HTTP; gRPC codes map to them).",
+            labels=[conv.LABEL_TRANSPORT, conv.LABEL_STATUS],
         )
-        for status, n in sorted(t.requests.items()):
-            calls.add_metric([status], float(n))
+        for (transport, status), n in sorted(t.requests.items()):
+            calls.add_metric([transport, str(status)], float(n))
         yield from (spans, calls)
         snap = self.runtime.request_snapshot
         if not snap:

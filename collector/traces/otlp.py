@@ -89,6 +89,10 @@ def decode(body: bytes, content_type: str | None, wanted: frozenset[str] | None 
     return spans_of(req, wanted)
 
 
+def is_json(content_type: str | None) -> bool:
+    return _media(content_type) == JSON
+
+
 def _media(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 

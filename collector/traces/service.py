@@ -12,6 +12,9 @@ import asyncio
 import hmac
 import logging
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fastapi import Request, Response
@@ -27,6 +30,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one export request, whatever the transport: `status` as in HTTP (gRPC maps
+    it to its own codes), `rejected` spans named in `message` when the status is 200."""
+
+    status: int
+    message: str = ""
+    rejected: int = 0
+    retry_after: int | None = None
+
+
 class TraceIngest:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -36,7 +50,7 @@ class TraceIngest:
         self.wanted = wanted_attributes(self.rules)
         self.in_flight = 0
         self.spans = Counter[str]()  # accepted | duplicate | rejected | ignored
-        self.requests = Counter[str]()  # by HTTP status
+        self.requests = Counter[tuple[str, int]]()  # by transport (http, grpc) and status as in HTTP
 
     def targets_of(self) -> dict[str, list[LatencyTarget]]:
         rules = self.runtime.rules
@@ -48,51 +62,48 @@ class TraceIngest:
                 out.setdefault(o.business_type, []).append(LatencyTarget(o.slo, o.metric, o.threshold_seconds))
         return out
 
-    def _authorized(self, request: Request) -> bool:
+    def authorized(self, supplied: str | None) -> bool:
+        """`supplied`: the value of the configured key header (HTTP header or gRPC metadata)."""
         if not self.cfg.ingest_keys:
             return True
-        raw = request.headers.get(self.cfg.key_header) or ""
+        raw = supplied or ""
         if self.cfg.key_header.lower() == "authorization":
             scheme, _, raw = raw.partition(" ")
             if scheme.lower() != "bearer":
                 return False
         return any(hmac.compare_digest(raw.encode(), k.encode()) for k in self.cfg.ingest_keys)
 
-    def _answer(self, status: int, message: str, as_json: bool, retry_after: int | None = None) -> Response:
-        self.requests[str(status)] += 1
-        headers = {"Retry-After": str(retry_after)} if retry_after else None
-        if status == 200:
-            body, media = otlp.response(0, "", as_json)
-            return Response(body, status_code=200, media_type=media)
-        return Response(message.encode(), status_code=status, media_type="text/plain", headers=headers)
-
-    async def handle(self, request: Request) -> Response:
-        as_json = (request.headers.get("content-type") or "").startswith(otlp.JSON)
-        if not self._authorized(request):
-            return self._answer(401, "missing or invalid ingest key", as_json)  # the key is never logged
+    def admit(self, transport: str, key: str | None) -> Outcome | None:
+        """The refusals that come before reading a body: None when the request may go on."""
+        if not self.authorized(key):
+            return self.count(transport, Outcome(401, "missing or invalid ingest key"))  # the key is never logged
         if self.in_flight >= self.cfg.max_concurrent_batches:
-            return self._answer(503, "ingest queue full, retry later", as_json, retry_after=1)
+            return self.count(transport, Outcome(503, "ingest queue full, retry later", retry_after=1))
+        return None
+
+    def count(self, transport: str, outcome: Outcome) -> Outcome:
+        self.requests[(transport, outcome.status)] += 1
+        return outcome
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        """Held by an admitted request from reading its body until it is stored."""
         self.in_flight += 1
         try:
-            return await self._handle(request, as_json)
+            yield
         finally:
             self.in_flight -= 1
 
-    async def _handle(self, request: Request, as_json: bool) -> Response:
-        limit = self.cfg.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            return self._answer(413, f"body of {declared} bytes exceeds the limit of {limit} bytes", as_json)
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                return self._answer(413, f"body exceeds the limit of {limit} bytes", as_json)
+    async def export(self, transport: str, body: bytes, content_type: str | None, encoding: str | None) -> Outcome:
+        """Decode, normalise and durably store one export request (admitted, holding a slot)."""
+        return self.count(transport, await self._export(body, content_type, encoding))
+
+    async def _export(self, body: bytes, content_type: str | None, encoding: str | None) -> Outcome:
         try:
-            data = otlp.decompress(bytes(body), request.headers.get("content-encoding"), limit)
-            spans = otlp.decode(data, request.headers.get("content-type"), self.wanted)
+            data = otlp.decompress(body, encoding, self.cfg.max_body_bytes)
+            spans = otlp.decode(data, content_type, self.wanted)
         except otlp.OtlpError as exc:
-            return self._answer(exc.status, exc.message, as_json)
+            return Outcome(exc.status, exc.message)
         records, reasons = [], Counter[str]()
         for span in spans:
             if not is_llm_span(span):
@@ -106,12 +117,40 @@ class TraceIngest:
             new = await asyncio.to_thread(ingest, self.runtime.store, records, self.targets_of())
         except Exception as exc:
             log.warning("trace batch not stored (%s): the client will retry", type(exc).__name__)
-            return self._answer(503, "store unavailable, retry later", as_json, retry_after=2)
+            return Outcome(503, "store unavailable, retry later", retry_after=2)
         rejected = sum(reasons.values())
         self.spans["accepted"] += new
         self.spans["duplicate"] += len(records) - new
         self.spans["rejected"] += rejected
-        self.requests["200"] += 1
         message = "; ".join(f"{n} span(s): {why}" for why, n in reasons.most_common(5))
-        payload, media = otlp.response(rejected, message, as_json)
-        return Response(payload, status_code=200, media_type=media)
+        return Outcome(200, message, rejected)
+
+    async def handle(self, request: Request) -> Response:
+        """OTLP/HTTP: `POST /v1/traces`."""
+        as_json = otlp.is_json(request.headers.get("content-type"))
+        outcome = self.admit("http", request.headers.get(self.cfg.key_header))
+        if outcome is None:
+            with self.slot():
+                body = await self._read_body(request)
+                if isinstance(body, Outcome):
+                    outcome = self.count("http", body)
+                else:
+                    ctype, encoding = request.headers.get("content-type"), request.headers.get("content-encoding")
+                    outcome = await self.export("http", body, ctype, encoding)
+        if outcome.status == 200:
+            payload, media = otlp.response(outcome.rejected, outcome.message, as_json)
+            return Response(payload, status_code=200, media_type=media)
+        headers = {"Retry-After": str(outcome.retry_after)} if outcome.retry_after else None
+        return Response(outcome.message.encode(), status_code=outcome.status, media_type="text/plain", headers=headers)
+
+    async def _read_body(self, request: Request) -> bytes | Outcome:
+        limit = self.cfg.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            return Outcome(413, f"body of {declared} bytes exceeds the limit of {limit} bytes")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                return Outcome(413, f"body exceeds the limit of {limit} bytes")
+        return bytes(body)

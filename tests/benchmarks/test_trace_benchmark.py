@@ -13,7 +13,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,6 +29,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from collector.sim.scenario import load_scenario
 from collector.sim.spans import span_attributes
+from collector.traces import otlp
+from collector.traces.normalize import wanted_attributes
 from tests.integration.test_serve import free_port, wait_for
 
 pytestmark = pytest.mark.benchmark
@@ -90,10 +94,24 @@ def test_trace_ingestion_throughput(tmp_path: Path) -> None:
     spans_per_batch = len(template.resource_spans[0].scope_spans[0].spans)
     t0_ns = time.time_ns() - 30 * 60 * 1_000_000_000
     decode_set = [make_batch(template, b, t0_ns) for b in range(50)]
-    t0 = time.perf_counter()
-    for body in decode_set:
-        ExportTraceServiceRequest().ParseFromString(body)
-    decode_rate = len(decode_set) * spans_per_batch / (time.perf_counter() - t0)
+
+    def rate_of(work: Callable[[bytes], object]) -> float:
+        t = time.perf_counter()
+        for body in decode_set:
+            work(body)
+        return len(decode_set) * spans_per_batch / (time.perf_counter() - t)
+
+    wanted = wanted_attributes()
+    decode_rate = rate_of(lambda body: ExportTraceServiceRequest().ParseFromString(body))
+    in_process = [
+        ("in-process: parse + span records, C scanner", rate_of(lambda body: otlp.decode(body, PROTOBUF, wanted)))
+        if otlp._otlpscan is not None
+        else ("in-process: C scanner not built", 0.0),
+        (
+            "in-process: parse + span records, pure Python",
+            rate_of(lambda body: otlp.spans_of(ExportTraceServiceRequest.FromString(body), wanted)),
+        ),
+    ]
 
     port = free_port()
     cfg = tmp_path / "llmslo.yaml"
@@ -111,6 +129,8 @@ def test_trace_ingestion_throughput(tmp_path: Path) -> None:
         for body in decode_set[:5]:  # warm up: first connections, compiled statements
             assert httpx.post(url, content=body, headers={"Content-Type": PROTOBUF}).status_code == 200
 
+        progress = [0]  # spans acknowledged, by all senders
+
         def sender(deadline: float) -> int:
             sent = 0
             with httpx.Client(timeout=60) as client:
@@ -123,16 +143,20 @@ def test_trace_ingestion_throughput(tmp_path: Path) -> None:
                         failures.append(f"{r.status_code} {r.text}")
                         break
                     sent += spans_per_batch
+                    with lock:
+                        progress[0] += spans_per_batch
             return sent
 
-        rss = [rss_kib(proc.pid)]
+        lock = threading.Lock()
+        rss_before = rss_kib(proc.pid)
         cpu_start = cpu_seconds(proc.pid)
         start = time.perf_counter()
+        samples = []  # (seconds, spans acknowledged, server CPU seconds, server RSS KiB), every second
         with ThreadPoolExecutor(concurrency) as pool:
             futures = [pool.submit(sender, start + seconds) for _ in range(concurrency)]
             while not all(f.done() for f in futures):
                 time.sleep(1)
-                rss.append(rss_kib(proc.pid))
+                samples.append((time.perf_counter() - start, progress[0], cpu_seconds(proc.pid), rss_kib(proc.pid)))
             sent = sum(f.result() for f in futures)
         elapsed = time.perf_counter() - start
         cpu = cpu_seconds(proc.pid) - cpu_start
@@ -149,6 +173,22 @@ def test_trace_ingestion_throughput(tmp_path: Path) -> None:
     print(f"{'llmslo: HTTP POST -> durable rollups, wall clock':58} {rate:12,.0f} {rate / decode_rate:10.2f}x")
     per_core_label = "llmslo: the same per CPU-second of the server (per core)"
     print(f"{per_core_label:58} {per_core:12,.0f} {per_core / decode_rate:10.2f}x")
-    print(f"server CPU: {cpu:.1f} s in {elapsed:.1f} s ({cpu / elapsed:.2f} cores)")
-    print(f"server RSS (MiB): first {rss[0] / 1024:.0f}, last {rss[-1] / 1024:.0f}, max {max(rss) / 1024:.0f}")
+    for label, value in in_process:
+        print(f"{label:58} {value:12,.0f} {value / decode_rate:10.2f}x")
+    print(
+        f"server CPU: {cpu:.1f} s in {elapsed:.1f} s ({cpu / elapsed:.2f} cores); "
+        f"RSS before: {rss_before / 1024:.0f} MiB"
+    )
+    print(f"{'part of the run':>18} {'spans/s':>10} {'per core':>10} {'RSS MiB':>8} {'max RSS':>8}")
+    fifth = max(1, len(samples) // 5)
+    previous = (0.0, 0, cpu_start, rss_before)
+    for i in range(0, len(samples) - fifth + 1, fifth):
+        part = samples[i : i + fifth]
+        end = part[-1]
+        spans, wall, used = end[1] - previous[1], end[0] - previous[0], end[2] - previous[2]
+        print(
+            f"{previous[0]:7.0f} s - {end[0]:4.0f} s {spans / wall:10,.0f} {spans / max(used, 1e-9):10,.0f} "
+            f"{end[3] / 1024:8.0f} {max(x[3] for x in part) / 1024:8.0f}"
+        )
+        previous = end
     assert summary["requests"] == sent + 5 * spans_per_batch  # every span stored once
