@@ -3,7 +3,8 @@
 (ExportTraceServiceRequest.ParseFromString of the same batches) in the same run.
 
 Run: .venv/bin/python -m pytest tests/benchmarks/test_trace_benchmark.py -s
-(LLMSLO_BENCH_SECONDS sets how long the sustained run lasts; default 60.)
+(LLMSLO_BENCH_SECONDS sets how long the sustained run lasts, default 60; LLMSLO_BENCH_CONCURRENCY the
+number of concurrent senders, default 4; LLMSLO_BENCH_DATABASE_URL another database than SQLite.)
 """
 
 from __future__ import annotations
@@ -115,7 +116,11 @@ def test_trace_ingestion_throughput(tmp_path: Path) -> None:
 
     port = free_port()
     cfg = tmp_path / "llmslo.yaml"
-    cfg.write_text(f"data_dir: {tmp_path / 'data'}\nrules: {ROOT / 'rules'}\n")
+    database = os.environ.get("LLMSLO_BENCH_DATABASE_URL")  # e.g. a PostgreSQL URL; SQLite by default
+    cfg.write_text(
+        f"data_dir: {tmp_path / 'data'}\nrules: {ROOT / 'rules'}\n"
+        + (f"database_url: {database}\n" if database else "")
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "collector.cli", "serve", "--config", str(cfg), "--port", str(port)],
         stdout=(tmp_path / "server.log").open("w"),
