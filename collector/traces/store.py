@@ -6,7 +6,7 @@ import json
 import threading
 from collections.abc import Sequence
 
-from sqlalchemy import delete, select, tuple_
+from sqlalchemy import Connection, delete, select, tuple_
 
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS
 from collector.store.repository import Store, upsert
@@ -26,6 +26,34 @@ def _time_prefix(unix: float) -> bytes:
     return max(0, int(unix * 1000)).to_bytes(8, "big")
 
 
+def _claim(conn: Connection, keys: list[bytes]) -> list[bytes]:
+    """Insert the span keys not stored yet and return them (in the order given). Plain driver SQL:
+    this runs for every span, and SQLAlchemy's per-value processing of a LargeBinary would cost
+    more than the lookup itself."""
+    table = span_keys.name
+    if conn.dialect.name == "postgresql":
+        # one statement; a concurrent collector inserting the same key makes this one wait for its
+        # commit and then skip the key, so the span counts once either way
+        claimed = conn.exec_driver_sql(
+            f"INSERT INTO {table} (id) SELECT unnest(%s::bytea[]) ON CONFLICT DO NOTHING RETURNING id", (keys,)
+        )
+        new = {bytes(row[0]) for row in claimed}
+        return [k for k in keys if k in new]
+    # SQLite: the ids already stored, then the rest inserted (one writer per process holds the lock).
+    # Should another process store some of the keys between the two, the insert fails on the primary
+    # key (or on a stale snapshot) and the whole transaction with it: the batch answers 503 and its
+    # retry finds the keys stored.
+    seen: set[bytes] = set()
+    for i in range(0, len(keys), 500):
+        chunk = keys[i : i + 500]
+        found = conn.exec_driver_sql(f"SELECT id FROM {table} WHERE id IN ({','.join('?' * len(chunk))})", tuple(chunk))
+        seen.update(bytes(row[0]) for row in found)
+    fresh = [k for k in keys if k not in seen]
+    if fresh:
+        conn.exec_driver_sql(f"INSERT INTO {table} (id) VALUES (?)", [(k,) for k in fresh])
+    return fresh
+
+
 def ingest(store: Store, records: Sequence[RequestRecord], targets_of: dict[str, list[LatencyTarget]]) -> int:
     """Store the records not seen before (by trace and span id); returns how many were new.
     When this returns, they are committed: a crash right after loses nothing."""
@@ -36,23 +64,9 @@ def ingest(store: Store, records: Sequence[RequestRecord], targets_of: dict[str,
         first.setdefault(span_key(r), r)
     keys = sorted(first)  # in time order: new keys land at the index's end, touching few pages
     with _write_lock, store.engine.begin() as conn:
-        # the ids already stored, then the rest inserted: one writer per process holds the lock, and a
-        # second process racing on the same ids fails its transaction on the primary key (it answers
-        # 503 and its client retries, finding them stored)
-        # plain driver SQL: this runs for every span, and SQLAlchemy's per-value processing of a
-        # LargeBinary would cost more than the lookup itself
-        mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-        seen: set[bytes] = set()
-        for i in range(0, len(keys), 500):
-            chunk = keys[i : i + 500]
-            found = conn.exec_driver_sql(
-                f"SELECT id FROM {span_keys.name} WHERE id IN ({','.join([mark] * len(chunk))})", tuple(chunk)
-            )
-            seen.update(bytes(row[0]) for row in found)
-        fresh_keys = [k for k in keys if k not in seen]
+        fresh_keys = _claim(conn, keys)
         if not fresh_keys:
             return 0
-        conn.exec_driver_sql(f"INSERT INTO {span_keys.name} (id) VALUES ({mark})", [(k,) for k in fresh_keys])
         cells = aggregate((first[k] for k in fresh_keys), targets_of)
         existing: dict[RequestKey, RequestCell] = {}
         cell_keys = list(cells)

@@ -67,3 +67,41 @@ def test_span_ids_expire_by_the_end_of_their_span(store: Store) -> None:
     # the expired id is forgotten (a retry that late counts again); the recent one still deduplicates
     assert ingest(store, [old, new], TARGETS) == 1
     assert summarize(read_requests(store, T0, T0 + 7260)).requests == 3
+
+
+def test_two_collectors_sharing_a_database_count_a_span_once(db_url: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Two writers (as two collector processes: separate engines, no shared lock) ingest the same
+    batch at once. PostgreSQL: the later insert waits and skips the keys. SQLite: the later
+    transaction may be refused (the client would get 503 and retry); its retry finds them stored."""
+    import contextlib
+    import threading
+
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    import collector.traces.store as store_module
+
+    monkeypatch.setattr(store_module, "_write_lock", contextlib.nullcontext())
+    batch = [rec(i, T0 + 10 + i * 0.01) for i in range(2000)]
+    stores = [Store(db_url), Store(db_url)]
+    Store(db_url).close()  # tables exist before both start
+    barrier = threading.Barrier(2)
+    counted: list[int] = []
+
+    def writer(s: Store) -> None:
+        barrier.wait()
+        for _attempt in range(5):
+            try:
+                counted.append(ingest(s, batch, TARGETS))
+                return
+            except (IntegrityError, OperationalError):  # SQLite: the other writer got there first
+                continue
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(counted) == 2 and sum(counted) == 2000, counted
+    assert summarize(read_requests(stores[0], T0, T0 + 120)).requests == 2000
+    for s in stores:
+        s.close()
