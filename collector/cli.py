@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -23,7 +24,10 @@ if TYPE_CHECKING:
 
 def _load(args: argparse.Namespace) -> Settings:
     path = args.config or os.environ.get("LLMSLO_CONFIG")
-    return load_settings(path)
+    settings = load_settings(path)
+    if settings.traces.otlp_grpc_port is not None and importlib.util.find_spec("grpc") is None:
+        raise ConfigError(["traces.otlp_grpc_port: OTLP/gRPC needs grpcio: pip install 'llmslo[grpc]'"])
+    return settings
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -120,3 +120,19 @@ def test_grpc_status_codes_follow_the_otlp_specification(tmp_path: Path) -> None
     finally:
         out = s.stop()
     assert KEY not in out and "Traceback" not in out
+
+
+def test_a_grpc_port_without_grpcio_is_a_configuration_error(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    from collector.cli import main
+
+    config = tmp_path / "llmslo.yaml"
+    config.write_text(f"data_dir: {tmp_path}\ntraces: {{otlp_grpc_port: 4317}}\n")
+    assert main(["check-config", "--config", str(config)]) == 0
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "grpc" else real(name, *a))
+    assert main(["check-config", "--config", str(config)]) == 2
+    assert "traces.otlp_grpc_port" in capsys.readouterr().err
+    assert main(["serve", "--config", str(config)]) == 2  # refused before anything starts
+    assert "pip install 'llmslo[grpc]'" in capsys.readouterr().err
