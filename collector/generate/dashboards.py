@@ -147,6 +147,24 @@ def serving_dashboard(rules: SloRules) -> dict[str, Any]:
             12,
             40,
         ),
+        _panel(
+            13,
+            "Requests per tenant (traces)",
+            [(f'{conv.REQUESTS_SEEN}{{{BT},window="5m"}} / 300', "{{business_type}} {{tenant}}")],
+            "reqps",
+            0,
+            48,
+            description='The top traces.top_tenants by volume; the rest as tenant="other".',
+        ),
+        _panel(
+            14,
+            "TTFT p95 per tenant (traces, as measured where the span was made)",
+            [(f'{conv.REQUESTS_TTFT}{{{BT},window="5m",quantile="0.95"}}', "{{business_type}} {{tenant}}")],
+            "s",
+            12,
+            48,
+            description="Which tenants a latency problem hurts; compare with the engine's TTFT above.",
+        ),
     ]
     business = [bt.name for bt in rules.business_types]
     return {

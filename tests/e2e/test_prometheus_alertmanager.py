@@ -31,6 +31,7 @@ from collector.runtime import Runtime
 from collector.sim.fastclock import targets_for
 from collector.sim.scenario import parse_scenario
 from collector.sim.server import Simulation
+from collector.sim.spans import SpanEmitter
 from collector.slo.spec import load_rules
 from tests.conftest import require
 from tests.slo.test_alerts import Receiver, free_port, start_alertmanager
@@ -66,9 +67,11 @@ class Stack:
         require(prometheus is not None, "Debian's prometheus is not installed")
         assert prometheus is not None
         self.thread.start()
-        self.sim = Simulation(self.scenario)
-        asyncio.run_coroutine_threadsafe(self.sim.start(), self.loop).result(30)
         llmslo_port = free_port()
+        # the simulated gateway exports a span per request to llmslo, as a real one would
+        self.emitter = SpanEmitter(f"http://127.0.0.1:{llmslo_port}/v1/traces")
+        self.sim = Simulation(self.scenario, emitter=self.emitter)
+        asyncio.run_coroutine_threadsafe(self.sim.start(), self.loop).result(30)
         settings = Settings.model_validate(
             {
                 "data_dir": str(self.tmp),
@@ -141,6 +144,7 @@ class Stack:
         with contextlib.suppress(Exception):
             self.llmslo_task.result(15)
         asyncio.run_coroutine_threadsafe(self.sim.stop(), self.loop).result(30)
+        self.emitter.shutdown()
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
@@ -198,6 +202,9 @@ def test_an_error_burst_pages_through_prometheus_and_alertmanager(tmp_path: Path
         "Scrape targets up",
         "Active burn-rate alerts",
         "Error budget left this period",
+        "Goodput from traces (every latency objective met at once)",
+        "Requests per tenant (traces)",
+        "TTFT p95 per tenant (traces, as measured where the span was made)",
     ):
         assert any(panels[title]), f"dashboard panel {title!r} finds no series"
 
