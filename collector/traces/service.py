@@ -1,9 +1,10 @@
-"""The OTLP/HTTP `POST /v1/traces` endpoint: auth, back-pressure, decode, normalise, store.
+"""Trace ingestion: auth, back-pressure, decode, normalise, store; and the OTLP/HTTP endpoint
+`POST /v1/traces` on top (OTLP/gRPC is in grpc_server.py, over the same TraceIngest).
 
 Status codes follow the OTLP specification: 200 (with partial_success when spans were rejected),
 400 undecodable, 401 bad or missing ingest key, 413 too large, 415 unsupported type or encoding,
 503 with Retry-After when the ingest queue is full or the store is unavailable. A 200 means the
-batch is committed (deduplicated by trace and span id).
+batch is committed (deduplicated by trace id, span id and end time).
 """
 
 from __future__ import annotations
