@@ -49,8 +49,11 @@ def _claim(conn: Connection, keys: list[bytes]) -> list[bytes]:
         found = conn.exec_driver_sql(f"SELECT id FROM {table} WHERE id IN ({','.join('?' * len(chunk))})", tuple(chunk))
         seen.update(bytes(row[0]) for row in found)
     fresh = [k for k in keys if k not in seen]
-    if fresh:
-        conn.exec_driver_sql(f"INSERT INTO {table} (id) VALUES (?)", [(k,) for k in fresh])
+    # multi-row statements, not executemany: sqlite3 lets go of the GIL around every statement step,
+    # and a thousand hand-overs per batch to the event loop's thread cost more than the inserts
+    for i in range(0, len(fresh), 500):
+        chunk = fresh[i : i + 500]
+        conn.exec_driver_sql(f"INSERT INTO {table} (id) VALUES {','.join(['(?)'] * len(chunk))}", tuple(chunk))
     return fresh
 
 

@@ -122,7 +122,17 @@ def test_trace_ingestion_throughput(tmp_path: Path) -> None:
         + (f"database_url: {database}\n" if database else "")
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "serve", "--config", str(cfg), "--port", str(port)],
+        [
+            *os.environ.get("LLMSLO_BENCH_PREFIX", "").split(),
+            sys.executable,
+            "-m",
+            "collector.cli",
+            "serve",
+            "--config",
+            str(cfg),
+            "--port",
+            str(port),
+        ],
         stdout=(tmp_path / "server.log").open("w"),
         stderr=subprocess.STDOUT,
     )
