@@ -14,7 +14,6 @@ from collector.traces.sketch import Sketch
 LENGTH_BOUNDS = tuple(float(2**i) for i in range(21))
 LATENCIES = ("ttft", "tpot", "e2e", "queue")
 FIELD_OF = {name: f"{name}_seconds" for name in LATENCIES}  # latency -> RequestRecord field
-LATENCY_FIELDS = tuple(FIELD_OF.items())
 
 
 def length_bucket(tokens: int) -> int:
@@ -56,36 +55,61 @@ class RequestCell:
     output_lengths: list[int] = field(default_factory=lambda: [0] * (len(LENGTH_BOUNDS) + 1))
 
     def add(self, r: RequestRecord, targets: Sequence[LatencyTarget]) -> None:
-        self.total += 1
-        self.finish[r.finish_reason] = self.finish.get(r.finish_reason, 0) + 1
-        failed = bool(r.error_type)
-        if failed:
-            self.errors += 1
-            self.error_types[r.error_type] = self.error_types.get(r.error_type, 0) + 1
-        self.input_tokens += r.input_tokens
-        self.cached_input_tokens += r.cached_input_tokens
-        self.output_tokens += r.output_tokens
-        sketches = self.sketches
-        for name, field_name in LATENCY_FIELDS:
-            v = getattr(r, field_name)
-            if v is not None:
-                sketch = sketches.get(name)
+        self.add_all([r], targets)
+
+    def add_all(self, records: Sequence[RequestRecord], targets: Sequence[LatencyTarget]) -> None:
+        """Count a cell's records. One loop over local names: this runs for every span ingested."""
+        finish, error_types, good = self.finish, self.error_types, self.good
+        checks = [(t.slo, FIELD_OF[t.metric], t.threshold_seconds, t.metric == "tpot") for t in targets]
+        ttft: list[float] = []
+        tpot: list[float] = []
+        e2e: list[float] = []
+        queue: list[float] = []
+        in_len, out_len, top = self.input_lengths, self.output_lengths, len(LENGTH_BOUNDS)
+        errors = input_tokens = cached = output_tokens = joint_good = 0
+        for r in records:
+            finish[r.finish_reason] = finish.get(r.finish_reason, 0) + 1
+            failed = bool(r.error_type)
+            if failed:
+                errors += 1
+                error_types[r.error_type] = error_types.get(r.error_type, 0) + 1
+            input_tokens += r.input_tokens
+            cached += r.cached_input_tokens
+            output_tokens += r.output_tokens
+            if r.ttft_seconds is not None:
+                ttft.append(r.ttft_seconds)
+            if r.tpot_seconds is not None:
+                tpot.append(r.tpot_seconds)
+            e2e.append(r.e2e_seconds)
+            if r.queue_seconds is not None:
+                queue.append(r.queue_seconds)
+            if checks:
+                joint = not failed
+                for slo, field_name, threshold, is_tpot in checks:
+                    v = getattr(r, field_name)
+                    # TPOT is undefined for one-token outputs: such a request cannot miss a TPOT objective
+                    if not failed and (v <= threshold if v is not None else is_tpot):
+                        good[slo] = good.get(slo, 0) + 1
+                    else:
+                        joint = False
+                joint_good += joint
+            # length_bucket(), inlined
+            n = r.input_tokens
+            in_len[min((n - 1).bit_length(), top) if n > 0 else 0] += 1
+            n = r.output_tokens
+            out_len[min((n - 1).bit_length(), top) if n > 0 else 0] += 1
+        self.total += len(records)
+        self.errors += errors
+        self.input_tokens += input_tokens
+        self.cached_input_tokens += cached
+        self.output_tokens += output_tokens
+        self.jointly_good += joint_good
+        for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e), ("queue", queue)):
+            if values:
+                sketch = self.sketches.get(name)
                 if sketch is None:
-                    sketch = sketches[name] = Sketch()
-                sketch.add(v)
-        if targets:
-            joint = not failed
-            for t in targets:
-                v = getattr(r, FIELD_OF[t.metric])
-                # TPOT is undefined for one-token outputs: such a request cannot miss a TPOT objective
-                ok = not failed and (v <= t.threshold_seconds if v is not None else t.metric == "tpot")
-                if ok:
-                    self.good[t.slo] = self.good.get(t.slo, 0) + 1
-                joint = joint and ok
-            if joint:
-                self.jointly_good += 1
-        self.input_lengths[length_bucket(r.input_tokens)] += 1
-        self.output_lengths[length_bucket(r.output_tokens)] += 1
+                    sketch = self.sketches[name] = Sketch()
+                sketch.add_all(values)
 
     def merge(self, o: RequestCell) -> None:
         self.total += o.total
@@ -140,12 +164,17 @@ def aggregate(
     records: Iterable[RequestRecord], targets_of: dict[str, list[LatencyTarget]]
 ) -> dict[RequestKey, RequestCell]:
     """Records -> minute cells keyed by (minute of the request's end, business type, model, tenant, clock)."""
-    cells: dict[RequestKey, RequestCell] = {}
+    groups: dict[RequestKey, list[RequestRecord]] = {}
     for r in records:
         minute = int(r.end_unix // MINUTE_SECONDS) * MINUTE_SECONDS  # rollup.period_start, inlined
         key = RequestKey(minute, r.business_type, r.model, r.tenant, r.measured_at)
-        cell = cells.get(key)
-        if cell is None:
-            cell = cells[key] = RequestCell()
-        cell.add(r, targets_of.get(r.business_type, ()))
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [r]
+        else:
+            group.append(r)
+    cells: dict[RequestKey, RequestCell] = {}
+    for key, group in groups.items():
+        cell = cells[key] = RequestCell()
+        cell.add_all(group, targets_of.get(key.business_type, ()))
     return cells
