@@ -33,6 +33,8 @@ from collector.rollup import (
 from collector.sources.vllm import Kind, SeriesKey
 from collector.store.tables import metadata, rollups, series, series_state, targets
 
+SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a SQLite writer waits for another's transaction
+
 
 def make_engine(url: str) -> Engine:
     """Create the engine; for SQLite, create the directory and use WAL so readers never block."""
@@ -40,7 +42,7 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:

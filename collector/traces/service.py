@@ -23,7 +23,7 @@ from fastapi import Request, Response
 from collector.traces import otlp
 from collector.traces.normalize import Rejected, Rule, is_llm_span, normalize, wanted_attributes
 from collector.traces.rollup import LatencyTarget
-from collector.traces.store import ingest
+from collector.traces.store import ingest, ingest_now
 
 if TYPE_CHECKING:
     from collector.runtime import Runtime
@@ -115,7 +115,10 @@ class TraceIngest:
             except Rejected as exc:
                 reasons[str(exc)] += 1
         try:
-            new = await asyncio.to_thread(ingest, self.runtime.store, records, self.targets_of())
+            targets = self.targets_of()
+            new = ingest_now(self.runtime.store, records, targets)  # None: a writer is busy, don't wait here
+            if new is None:
+                new = await asyncio.to_thread(ingest, self.runtime.store, records, targets)
         except Exception as exc:
             log.warning("trace batch not stored (%s): the client will retry", type(exc).__name__)
             return Outcome(503, "store unavailable, retry later", retry_after=2)

@@ -7,9 +7,10 @@ import threading
 from collections.abc import Sequence
 
 from sqlalchemy import Connection, delete, select, tuple_
+from sqlalchemy.exc import OperationalError
 
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS
-from collector.store.repository import Store, upsert
+from collector.store.repository import SQLITE_BUSY_TIMEOUT_MS, Store, upsert
 from collector.store.tables import request_rollups, span_keys
 from collector.traces.normalize import RequestRecord
 from collector.traces.rollup import LatencyTarget, RequestCell, RequestKey, aggregate
@@ -58,52 +59,85 @@ def _claim(conn: Connection, keys: list[bytes]) -> list[bytes]:
 
 
 def ingest(store: Store, records: Sequence[RequestRecord], targets_of: dict[str, list[LatencyTarget]]) -> int:
-    """Store the records not seen before (by trace and span id); returns how many were new.
+    """Store the records not seen before (by trace id, span id and end); returns how many were new.
     When this returns, they are committed: a crash right after loses nothing."""
     if not records:
         return 0
+    with _write_lock, store.engine.begin() as conn:
+        return _ingest(conn, records, targets_of)
+
+
+def ingest_now(
+    store: Store, records: Sequence[RequestRecord], targets_of: dict[str, list[LatencyTarget]]
+) -> int | None:
+    """ingest() when it can run without waiting, else None (nothing stored): for the event loop's own
+    thread, which must never block on a lock. Only SQLite, whose work is local and CPU-bound, and
+    only while no other writer holds this process's lock or the database's write lock. Handing a
+    batch to a worker thread costs more than ingesting it: the two threads then trade the GIL."""
+    if not records:
+        return 0
+    if store.engine.dialect.name != "sqlite" or not _write_lock.acquire(blocking=False):
+        return None
+    try:
+        with store.engine.connect() as conn:
+            sqlite = conn.connection.driver_connection  # PRAGMAs straight on sqlite3: no transaction
+            assert sqlite is not None
+            sqlite.execute("PRAGMA busy_timeout = 0")  # a write lock held elsewhere fails at once
+            try:
+                with conn.begin():
+                    return _ingest(conn, records, targets_of)
+            except OperationalError as exc:
+                if "locked" in str(exc.orig) or "busy" in str(exc.orig):
+                    return None  # rolled back: the caller takes the worker thread
+                raise
+            finally:
+                sqlite.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    finally:
+        _write_lock.release()
+
+
+def _ingest(conn: Connection, records: Sequence[RequestRecord], targets_of: dict[str, list[LatencyTarget]]) -> int:
     first: dict[bytes, RequestRecord] = {}
     for r in records:
         first.setdefault(span_key(r), r)
     keys = sorted(first)  # in time order: new keys land at the index's end, touching few pages
-    with _write_lock, store.engine.begin() as conn:
-        fresh_keys = _claim(conn, keys)
-        if not fresh_keys:
-            return 0
-        cells = aggregate((first[k] for k in fresh_keys), targets_of)
-        existing: dict[RequestKey, RequestCell] = {}
-        cell_keys = list(cells)
-        for i in range(0, len(cell_keys), 200):
-            key_chunk = cell_keys[i : i + 200]
-            for row in conn.execute(
-                select(request_rollups).where(
-                    request_rollups.c.period_seconds == MINUTE_SECONDS,
-                    tuple_(
-                        request_rollups.c.start_unix,
-                        request_rollups.c.business_type,
-                        request_rollups.c.model,
-                        request_rollups.c.tenant,
-                        request_rollups.c.measured_at,
-                    ).in_([tuple(k) for k in key_chunk]),
-                )
-            ):
-                existing[RequestKey(row.start_unix, row.business_type, row.model, row.tenant, row.measured_at)] = (
-                    RequestCell.from_json(json.loads(row.data))
-                )
-        rows = []
-        for key, cell in cells.items():
-            have = existing.get(key)
-            if have is not None:
-                have.merge(cell)
-                cell = have
-            rows.append(
-                {
-                    **key._asdict(),
-                    "period_seconds": MINUTE_SECONDS,
-                    "data": json.dumps(cell.to_json(), separators=(",", ":")),
-                }
+    fresh_keys = _claim(conn, keys)
+    if not fresh_keys:
+        return 0
+    cells = aggregate((first[k] for k in fresh_keys), targets_of)
+    existing: dict[RequestKey, RequestCell] = {}
+    cell_keys = list(cells)
+    for i in range(0, len(cell_keys), 200):
+        key_chunk = cell_keys[i : i + 200]
+        for row in conn.execute(
+            select(request_rollups).where(
+                request_rollups.c.period_seconds == MINUTE_SECONDS,
+                tuple_(
+                    request_rollups.c.start_unix,
+                    request_rollups.c.business_type,
+                    request_rollups.c.model,
+                    request_rollups.c.tenant,
+                    request_rollups.c.measured_at,
+                ).in_([tuple(k) for k in key_chunk]),
             )
-        upsert(conn, request_rollups, rows, [*RequestKey._fields, "period_seconds"], ["data"])
+        ):
+            existing[RequestKey(row.start_unix, row.business_type, row.model, row.tenant, row.measured_at)] = (
+                RequestCell.from_json(json.loads(row.data))
+            )
+    rows = []
+    for key, cell in cells.items():
+        have = existing.get(key)
+        if have is not None:
+            have.merge(cell)
+            cell = have
+        rows.append(
+            {
+                **key._asdict(),
+                "period_seconds": MINUTE_SECONDS,
+                "data": json.dumps(cell.to_json(), separators=(",", ":")),
+            }
+        )
+    upsert(conn, request_rollups, rows, [*RequestKey._fields, "period_seconds"], ["data"])
     return len(fresh_keys)
 
 

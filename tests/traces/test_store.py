@@ -105,3 +105,33 @@ def test_two_collectors_sharing_a_database_count_a_span_once(db_url: str, monkey
     assert summarize(read_requests(stores[0], T0, T0 + 120)).requests == 2000
     for s in stores:
         s.close()
+
+
+def test_ingest_now_never_waits_for_another_writer(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import sqlite3
+    import threading
+    import time
+
+    import collector.traces.store as store_module
+    from collector.traces.store import ingest_now
+
+    store = Store(f"sqlite:///{tmp_path / 'llmslo.db'}")
+    batch = [rec(i, T0 + 10) for i in range(10)]
+    with store_module._write_lock:  # this process's other writer (compaction, expiry, a worker thread)
+        assert ingest_now(store, batch, TARGETS) is None
+    other = sqlite3.connect(tmp_path / "llmslo.db", isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another process in the middle of a write
+    started = time.perf_counter()
+    assert ingest_now(store, batch, TARGETS) is None
+    assert time.perf_counter() - started < 1.0  # refused at once, not after the 30 s busy timeout
+    other.execute("ROLLBACK")
+    assert summarize(read_requests(store, T0, T0 + 60)).requests == 0  # nothing half-stored
+    assert ingest_now(store, batch, TARGETS) == 10
+    assert ingest_now(store, batch, TARGETS) == 0
+    # the connection's busy timeout is back: a plain ingest waits for a short transaction elsewhere
+    other.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.3, lambda: other.execute("ROLLBACK")).start()
+    assert ingest(store, [rec(99, T0 + 20)], TARGETS) == 1
+    other.close()
+    store.close()
+    # PostgreSQL is never ingested on the event loop's thread (network round trips)
