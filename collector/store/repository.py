@@ -33,6 +33,8 @@ from collector.rollup import (
 from collector.sources.vllm import Kind, SeriesKey
 from collector.store.tables import metadata, rollups, series, series_state, targets
 
+# Tables earlier versions made and nothing reads any more: dropped at start-up.
+RETIRED_TABLES = ("llmslo_span_ids",)  # trace dedupe ids, replaced by llmslo_span_keys
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a SQLite writer waits for another's transaction
 
 
@@ -79,6 +81,9 @@ class Store:
         self.url = url
         self.engine = make_engine(url)
         metadata.create_all(self.engine)
+        with self.engine.begin() as conn:
+            for table in RETIRED_TABLES:
+                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
 
     def close(self) -> None:
         self.engine.dispose()

@@ -135,3 +135,16 @@ def test_ingest_now_never_waits_for_another_writer(tmp_path) -> None:  # type: i
     other.close()
     store.close()
     # PostgreSQL is never ingested on the event loop's thread (network round trips)
+
+
+def test_the_retired_span_id_table_of_older_versions_is_dropped(db_url: str) -> None:
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE llmslo_span_ids (trace_id VARCHAR(32), span_id VARCHAR(16))"))
+    engine.dispose()
+    store = Store(db_url)
+    tables = inspect(store.engine).get_table_names()
+    assert "llmslo_span_ids" not in tables and "llmslo_span_keys" in tables
+    store.close()
