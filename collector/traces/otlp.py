@@ -24,6 +24,7 @@ try:
     from collector.traces import _otlpscan
 except ImportError:  # installed without a C compiler: spans_of below does the same work, slower
     _otlpscan = None  # type: ignore[assignment]
+SCANNER_BUILT = _otlpscan is not None
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"

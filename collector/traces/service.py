@@ -49,6 +49,8 @@ class TraceIngest:
         self.cfg = cfg
         self.rules = [Rule(r.attribute, r.pattern, r.business_type, r.tenant) for r in cfg.classification]
         self.wanted = wanted_attributes(self.rules)
+        if not otlp.SCANNER_BUILT:
+            log.warning("C span scanner not built (no compiler at install): traces are decoded in Python, slower")
         self.in_flight = 0
         self.spans = Counter[str]()  # accepted | duplicate | rejected | ignored
         self.requests = Counter[tuple[str, int]]()  # by transport (http, grpc) and status as in HTTP
