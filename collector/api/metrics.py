@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from collector import __version__
@@ -51,7 +51,14 @@ class LlmsloCollector(Collector):
         )
         for (transport, status), n in sorted(t.requests.items()):
             calls.add_metric([transport, str(status)], float(n))
-        yield from (spans, calls)
+        stored = HistogramMetricFamily(
+            conv.TRACE_STORE_SECONDS,
+            "Seconds to store one trace batch, on the event loop's thread (blocking it) or a worker's.",
+            labels=[conv.LABEL_THREAD],
+        )
+        for thread, histogram in t.store_seconds.items():
+            stored.add_metric([thread], histogram.buckets(), histogram.sum)
+        yield from (spans, calls, stored)
         snap = self.runtime.request_snapshot
         if not snap:
             return

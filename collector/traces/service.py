@@ -10,8 +10,10 @@ batch is committed (deduplicated by trace id, span id and end time).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hmac
 import logging
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import Request, Response
 
+from collector.conventions import TRACE_STORE_BUCKETS
 from collector.traces import otlp
 from collector.traces.normalize import Rejected, Rule, is_llm_span, normalize, wanted_attributes
 from collector.traces.rollup import LatencyTarget
@@ -29,6 +32,26 @@ if TYPE_CHECKING:
     from collector.runtime import Runtime
 
 log = logging.getLogger(__name__)
+
+
+class Histogram:
+    """Cumulative bucket counts, sum and count, as /metrics exports them."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last: +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out, running = [], 0
+        for bound, n in zip([*map(str, self.bounds), "+Inf"], self.counts, strict=True):
+            running += n
+            out.append((bound, float(running)))
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +77,8 @@ class TraceIngest:
         self.in_flight = 0
         self.spans = Counter[str]()  # accepted | duplicate | rejected | ignored
         self.requests = Counter[tuple[str, int]]()  # by transport (http, grpc) and status as in HTTP
+        # how long storing a batch took, on the event loop's thread (which it blocks) or a worker's
+        self.store_seconds = {thread: Histogram(TRACE_STORE_BUCKETS) for thread in ("event_loop", "worker")}
 
     def targets_of(self) -> dict[str, list[LatencyTarget]]:
         rules = self.runtime.rules
@@ -118,9 +143,14 @@ class TraceIngest:
                 reasons[str(exc)] += 1
         try:
             targets = self.targets_of()
+            started = time.perf_counter()
             new = ingest_now(self.runtime.store, records, targets)  # None: a writer is busy, don't wait here
-            if new is None:
+            if new is not None:
+                self.store_seconds["event_loop"].observe(time.perf_counter() - started)
+            else:
+                started = time.perf_counter()
                 new = await asyncio.to_thread(ingest, self.runtime.store, records, targets)
+                self.store_seconds["worker"].observe(time.perf_counter() - started)
         except Exception as exc:
             log.warning("trace batch not stored (%s): the client will retry", type(exc).__name__)
             return Outcome(503, "store unavailable, retry later", retry_after=2)

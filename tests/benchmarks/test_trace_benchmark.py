@@ -27,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.parser import text_string_to_metric_families
 
 from collector.sim.scenario import load_scenario
 from collector.sim.spans import span_attributes
@@ -176,6 +177,7 @@ def test_trace_ingestion_throughput(tmp_path: Path) -> None:
         elapsed = time.perf_counter() - start
         cpu = cpu_seconds(proc.pid) - cpu_start
         summary = httpx.get(f"http://127.0.0.1:{port}/api/v1/requests/summary", params={"window": "1h"}).json()
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
@@ -190,6 +192,19 @@ def test_trace_ingestion_throughput(tmp_path: Path) -> None:
     print(f"{per_core_label:58} {per_core:12,.0f} {per_core / decode_rate:10.2f}x")
     for label, value in in_process:
         print(f"{label:58} {value:12,.0f} {value / decode_rate:10.2f}x")
+    store = {
+        (x.labels["thread"], x.labels.get("le")): x.value
+        for family in text_string_to_metric_families(metrics)
+        for x in family.samples
+        if x.name in ("llmslo_trace_batch_store_seconds_bucket", "llmslo_trace_batch_store_seconds_count")
+    }
+    for thread in ("event_loop", "worker"):
+        n = store.get((thread, None), 0)
+        if n:
+            print(
+                f"batches stored on the {thread} thread: {n:,.0f}; "
+                f"under 25 ms: {store[(thread, '0.025')] / n:.1%}, under 100 ms: {store[(thread, '0.1')] / n:.1%}"
+            )
     print(
         f"server CPU: {cpu:.1f} s in {elapsed:.1f} s ({cpu / elapsed:.2f} cores); "
         f"RSS before: {rss_before / 1024:.0f} MiB"

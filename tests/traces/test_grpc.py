@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.parser import text_string_to_metric_families
 
 from collector.sim.spans import SpanEmitter
 from tests.integration.test_serve import free_port
@@ -75,6 +76,16 @@ def test_sdk_grpc_exporter_spans_are_counted_once(tmp_path: Path) -> None:
         assert s.summary()["requests"] == 301
         metrics = httpx.get(f"{s.base}/metrics").text
         assert 'llmslo_trace_export_requests_total{status="200",transport="grpc"}' in metrics
+        # every stored batch is timed; with nothing else writing, on the event loop's own thread
+        samples = {
+            (x.name, x.labels.get("thread"), x.labels.get("le")): x.value
+            for family in text_string_to_metric_families(metrics)
+            for x in family.samples
+            if x.name.startswith("llmslo_trace_batch_store_seconds")
+        }
+        stored = samples[("llmslo_trace_batch_store_seconds_count", "event_loop", None)]
+        assert stored >= 2 and samples[("llmslo_trace_batch_store_seconds_bucket", "event_loop", "+Inf")] == stored
+        assert 0 < samples[("llmslo_trace_batch_store_seconds_sum", "event_loop", None)] < stored * 2.5
     finally:
         out = s.stop()
     assert "Traceback" not in out
