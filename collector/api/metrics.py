@@ -57,7 +57,8 @@ class LlmsloCollector(Collector):
             labels=[conv.LABEL_THREAD],
         )
         for thread, histogram in t.store_seconds.items():
-            stored.add_metric([thread], histogram.buckets(), histogram.sum)
+            buckets = [("+Inf" if b == math.inf else str(b), float(n)) for b, n in histogram.cumulative()]
+            stored.add_metric([thread], buckets, histogram.total)
         yield from (spans, calls, stored)
         snap = self.runtime.request_snapshot
         if not snap:

@@ -5,31 +5,12 @@ families: current (0.33), 0.10 (both old and new names) and 0.6 (V0).
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 
+from collector.histogram import Histogram
 from collector.sources import vllm_buckets as buckets
 
 VERSIONS = ("current", "0.10", "0.6")
-
-
-@dataclass(slots=True)
-class Histogram:
-    bounds: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)  # per bucket (not cumulative), +Inf last
-    total: float = 0.0
-    count: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.counts:
-            self.counts = [0] * (len(self.bounds) + 1)
-
-    def observe(self, value: float, times: int = 1) -> None:
-        if times <= 0:
-            return
-        self.counts[bisect.bisect_left(self.bounds, value)] += times
-        self.total += value * times
-        self.count += times
 
 
 @dataclass(slots=True)

@@ -105,14 +105,18 @@ class Rule:
         value = model if self.attribute == "model" else attrs.get(self.attribute)
         if value is None:
             return False
-        text = str(value)
-        if len(text) > MAX_ATTRIBUTE_CHARS:
-            raise Rejected(f"attribute {self.attribute} is {len(text)} characters long (limit {MAX_ATTRIBUTE_CHARS})")
-        return re.fullmatch(self.pattern, text) is not None
+        return re.fullmatch(self.pattern, _checked(self.attribute, str(value))) is not None
 
 
 class Rejected(Exception):
     """A span that claims to be an LLM request but cannot be used (the reason is counted)."""
+
+
+def _checked(key: str, value: str) -> str:
+    """A value llmslo uses (label, classification input): Rejected when over MAX_ATTRIBUTE_CHARS."""
+    if len(value) > MAX_ATTRIBUTE_CHARS:
+        raise Rejected(f"attribute {key} is {len(value)} characters long (limit {MAX_ATTRIBUTE_CHARS})")
+    return value
 
 
 def _num(attrs: dict[str, AttrValue], keys: tuple[str, ...]) -> float | None:
@@ -137,9 +141,7 @@ def _str(attrs: dict[str, AttrValue], keys: tuple[str, ...]) -> str | None:
         if isinstance(v, list) and v:
             v = v[0]
         if isinstance(v, str) and v:
-            if len(v) > MAX_ATTRIBUTE_CHARS:
-                raise Rejected(f"attribute {key} is {len(v)} characters long (limit {MAX_ATTRIBUTE_CHARS})")
-            return v
+            return _checked(key, v)
     return None
 
 

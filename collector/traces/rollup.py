@@ -54,9 +54,6 @@ class RequestCell:
     input_lengths: list[int] = field(default_factory=lambda: [0] * (len(LENGTH_BOUNDS) + 1))
     output_lengths: list[int] = field(default_factory=lambda: [0] * (len(LENGTH_BOUNDS) + 1))
 
-    def add(self, r: RequestRecord, targets: Sequence[LatencyTarget]) -> None:
-        self.add_all([r], targets)
-
     def add_all(self, records: Sequence[RequestRecord], targets: Sequence[LatencyTarget]) -> None:
         """Count a cell's records. One loop over local names: this runs for every span ingested."""
         finish, error_types, good = self.finish, self.error_types, self.good
@@ -65,7 +62,7 @@ class RequestCell:
         tpot: list[float] = []
         e2e: list[float] = []
         queue: list[float] = []
-        in_len, out_len, top = self.input_lengths, self.output_lengths, len(LENGTH_BOUNDS)
+        in_len, out_len = self.input_lengths, self.output_lengths
         errors = input_tokens = cached = output_tokens = joint_good = 0
         for r in records:
             finish[r.finish_reason] = finish.get(r.finish_reason, 0) + 1
@@ -93,11 +90,8 @@ class RequestCell:
                     else:
                         joint = False
                 joint_good += joint
-            # length_bucket(), inlined
-            n = r.input_tokens
-            in_len[min((n - 1).bit_length(), top) if n > 0 else 0] += 1
-            n = r.output_tokens
-            out_len[min((n - 1).bit_length(), top) if n > 0 else 0] += 1
+            in_len[length_bucket(r.input_tokens)] += 1
+            out_len[length_bucket(r.output_tokens)] += 1
         self.total += len(records)
         self.errors += errors
         self.input_tokens += input_tokens

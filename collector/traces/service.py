@@ -10,7 +10,6 @@ batch is committed (deduplicated by trace id, span id and end time).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import hmac
 import logging
 import time
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING
 from fastapi import Request, Response
 
 from collector.conventions import TRACE_STORE_BUCKETS
+from collector.histogram import Histogram
 from collector.traces import otlp
 from collector.traces.normalize import Rejected, Rule, is_llm_span, normalize, wanted_attributes
 from collector.traces.rollup import LatencyTarget
@@ -32,26 +32,6 @@ if TYPE_CHECKING:
     from collector.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
-
-class Histogram:
-    """Cumulative bucket counts, sum and count, as /metrics exports them."""
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last: +Inf
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out, running = [], 0
-        for bound, n in zip([*map(str, self.bounds), "+Inf"], self.counts, strict=True):
-            running += n
-            out.append((bound, float(running)))
-        return out
 
 
 @dataclass(frozen=True, slots=True)
