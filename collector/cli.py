@@ -33,6 +33,9 @@ def _load(args: argparse.Namespace) -> Settings:
 def cmd_check_config(args: argparse.Namespace) -> int:
     try:
         settings = _load(args)
+        if args.rules:
+            settings = settings.model_copy(update={"rules": args.rules})
+        _check_fleet_map(settings)
     except ConfigError as exc:
         print(f"{len(exc.problems)} problem(s) in the configuration:", file=sys.stderr)
         for problem in exc.problems:
@@ -40,6 +43,22 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return 2
     print(f"configuration OK: {len(settings.targets)} target(s), database {settings.resolved_database_url}")
     return 0
+
+
+def _check_fleet_map(settings: Settings) -> None:
+    """The targets' business types against the SLO rules' model lists (the two views of one map)."""
+    if not settings.rules:
+        return
+    from collector.fleetmap import static_conflicts
+    from collector.slo.spec import RulesError, load_rules
+
+    try:
+        rules = load_rules(settings.rules).rules
+    except RulesError as exc:
+        raise ConfigError([f"rules: {p}" for p in exc.problems]) from None
+    problems = static_conflicts(settings.targets, rules)
+    if problems:
+        raise ConfigError(problems)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -311,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_serve)
 
     p = with_config(sub.add_parser("check-config", help="validate the configuration and print every problem"))
+    p.add_argument(
+        "--rules", help="SLO rules to check the targets' business types against (default: the config's `rules`)"
+    )
     p.set_defaults(func=cmd_check_config)
 
     p = sub.add_parser("check", help="validate SLO rules and print every problem")

@@ -117,6 +117,9 @@ class ScrapeConfig(_Strict):
     jitter_ratio: float = Field(0.1, ge=0.0, le=0.5)
     max_body_bytes: int = Field(10 * 1024 * 1024, gt=0)
     backoff_max: Duration = 300.0
+    # On a target's first scrape, count its counters from zero when its server started at most
+    # this long ago (created-timestamp semantics); a server running longer is taken as a baseline.
+    startup_lookback: Duration = 600.0
 
 
 class RetentionConfig(_Strict):

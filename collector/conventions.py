@@ -29,7 +29,13 @@ SCRAPES_TOTAL: Final = PREFIX + "scrapes_total"
 SCRAPE_ERRORS_TOTAL: Final = PREFIX + "scrape_errors_total"
 LAST_SCRAPE_TIMESTAMP_SECONDS: Final = PREFIX + "last_scrape_timestamp_seconds"
 COUNTER_RESETS_TOTAL: Final = PREFIX + "counter_resets_total"
+TARGET_RESTARTS_TOTAL: Final = PREFIX + "target_restarts_total"
+TARGET_LAST_RESTART_SECONDS: Final = PREFIX + "target_last_restart_timestamp_seconds"
+TARGET_PROCESS_START_SECONDS: Final = PREFIX + "target_process_start_time_seconds"
 BUILD_INFO: Final = PREFIX + "build_info"
+# the fleet map: engine series no business type claims, and those the two views disagree on
+UNASSIGNED_MODELS: Final = PREFIX + "unassigned_models"
+BUSINESS_TYPE_CONFLICTS: Final = PREFIX + "business_type_conflicts"
 
 # Reasons for SCRAPE_ERRORS_TOTAL; the detailed message (with the line number) is in the API.
 REASON_TIMEOUT: Final = "timeout"

@@ -16,6 +16,9 @@ from collector.sources.vllm import EngineSnapshot, Kind, SeriesKey
 
 MINUTE_SECONDS = 60
 HOUR_SECONDS = 3600
+# A server's clock may run a little ahead of ours: a process start up to this far in our future
+# still counts as "just started"; further ahead, the start time is not believable.
+CLOCK_SKEW_SECONDS = 60.0
 
 
 class SeriesIdent(NamedTuple):
@@ -113,13 +116,21 @@ def period_start(unix: float, period_seconds: int = MINUTE_SECONDS) -> int:
 
 @dataclass(slots=True)
 class ScrapeDeltas:
-    """What one scrape adds: one cell per series for the scrape's minute, and the new state."""
+    """What one scrape adds: one cell per series for the scrape's minute, and the new state.
+
+    `restarted` says the server restarted since the previous committed scrape (a new process
+    start time, or a counter that went down); `resets` counts the series that reset.
+    `from_process_start` says the counters were counted from zero because the server started
+    recently (created-timestamp semantics on a first scrape)."""
 
     minute: int
     cells: dict[SeriesIdent, Cell]
     state: dict[SeriesIdent, Cumulative]
     resets: int
     process_start_unix: float | None = None
+    restarted: bool = False
+    from_process_start: bool = False
+    observed_seconds: float = 0.0
 
 
 @dataclass(slots=True)
@@ -131,33 +142,46 @@ class DeltaTracker:
     baseline_unix: float | None = None
     process_start_unix: float | None = None  # of the server at the last committed scrape
 
-    def observe(self, snapshot: EngineSnapshot, now_unix: float) -> ScrapeDeltas:
-        """Deltas since the previous scrape. Pure with respect to `self` until `commit()`."""
-        has_baseline = self.baseline_unix is not None
-        observed = max(0.0, now_unix - self.baseline_unix) if self.baseline_unix is not None else 0.0
+    def observe(self, snapshot: EngineSnapshot, now_unix: float, startup_lookback_seconds: float = 0.0) -> ScrapeDeltas:
+        """Deltas since the previous scrape. Pure with respect to `self` until `commit()`.
+
+        Like Prometheus with created timestamps, counting starts from zero when the server's
+        process started after the last committed scrape: a restart (the delta is the new value,
+        covering only the time since the process started), or, on a target's first scrape, a
+        server that started at most `startup_lookback_seconds` ago. Otherwise a first scrape is a
+        baseline (its deltas are zero: what came before it is not attributable to any window).
+        """
+        started = snapshot.process_start_unix
+        baseline = self.baseline_unix
+        restarted = False
+        if baseline is None:
+            from_zero = started is not None and -CLOCK_SKEW_SECONDS <= now_unix - started <= startup_lookback_seconds
+            observed = max(0.0, now_unix - started) if from_zero and started is not None else 0.0
+        else:
+            from_zero = True  # a series appearing after the first scrape started from zero since then
+            observed = max(0.0, now_unix - baseline)
+            if started is not None:
+                # A new process start time means a restart even if a counter is already back at its
+                # old value (equal values are otherwise indistinguishable from no traffic).
+                known = self.process_start_unix
+                restarted = started != known if known is not None else started > baseline
         cells: dict[SeriesIdent, Cell] = {}
         state: dict[SeriesIdent, Cumulative] = {}
         resets = 0
-        # A new process start time means a restart even if a counter is already back at its old
-        # value (equal values are otherwise indistinguishable from no traffic).
-        restarted = (
-            snapshot.process_start_unix is not None
-            and self.process_start_unix is not None
-            and snapshot.process_start_unix != self.process_start_unix
-        )
         prev_state: dict[SeriesIdent, Cumulative] = {} if restarted else self.state
+        counter_cells: list[Cell] = []
         for key, value in snapshot.counters.items():
             ident = SeriesIdent(key, Kind.COUNTER)
             prev = prev_state.get(ident)
             if prev is None:
-                # A series that appears after the first scrape started from zero since then.
-                delta = value if has_baseline else 0.0
+                delta = value if from_zero else 0.0
             elif value < prev.value:
                 delta = value
                 resets += 1
             else:
                 delta = value - prev.value
-            cells[ident] = Cell(Kind.COUNTER, value=delta, observed_seconds=observed, last_unix=now_unix)
+            cells[ident] = cell = Cell(Kind.COUNTER, value=delta, last_unix=now_unix)
+            counter_cells.append(cell)
             state[ident] = Cumulative(value)
         for key, value in snapshot.gauges.items():
             ident = SeriesIdent(key, Kind.GAUGE)
@@ -176,7 +200,7 @@ class DeltaTracker:
             prev = prev_state.get(ident)
             cur = point.cumulative
             if prev is None or prev.buckets is None:
-                if has_baseline:
+                if from_zero:
                     buckets, count, total = list(cur), point.count, point.sum
                 else:
                     buckets, count, total = [0.0] * len(cur), 0.0, 0.0
@@ -186,18 +210,28 @@ class DeltaTracker:
             else:
                 buckets = [c - p for c, p in zip(cur, prev.buckets, strict=True)]
                 count, total = point.count - prev.value, point.sum - prev.sum
-            cells[ident] = Cell(
-                Kind.HISTOGRAM,
-                value=count,
-                sum=total,
-                buckets=buckets,
-                observed_seconds=observed,
-                last_unix=now_unix,
-            )
+            cells[ident] = cell = Cell(Kind.HISTOGRAM, value=count, sum=total, buckets=buckets, last_unix=now_unix)
+            counter_cells.append(cell)
             state[ident] = Cumulative(point.count, point.sum, list(cur))
         if restarted:
-            resets += len(cells) - len(snapshot.gauges)
-        return ScrapeDeltas(period_start(now_unix), cells, state, resets, snapshot.process_start_unix)
+            resets += len(counter_cells)
+            if started is not None and baseline is not None:
+                # the new process counted only since it started, not over the whole gap
+                observed = max(0.0, now_unix - max(started, baseline))
+        elif resets:
+            restarted = True  # a counter went down: a restart the process start time did not show
+        for cell in counter_cells:
+            cell.observed_seconds = observed
+        return ScrapeDeltas(
+            period_start(now_unix),
+            cells,
+            state,
+            resets,
+            started,
+            restarted=restarted,
+            from_process_start=baseline is None and from_zero,
+            observed_seconds=observed,
+        )
 
     def commit(self, deltas: ScrapeDeltas, now_unix: float) -> None:
         """Adopt the scrape's state once its cells are durably stored."""

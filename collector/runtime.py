@@ -19,6 +19,7 @@ import httpx
 from collector import conventions as conv
 from collector.analytics.serving import ServingReport, build_report
 from collector.config import Settings, TargetConfig
+from collector.fleetmap import FleetMap
 from collector.rollup import MINUTE_SECONDS, period_start
 from collector.slo.alerts import AlertBook, deliver
 from collector.slo.evaluate import SloStatus, evaluate, period_bounds
@@ -62,6 +63,7 @@ class Runtime:
         self.targets: dict[str, TargetConfig] = {t.name: t for t in settings.targets}
         self.snapshot = Snapshot()
         self.rules: SloRules | None = load_rules(settings.rules).rules if settings.rules else None
+        self.fleet = FleetMap(settings.targets, self.rules)
         self.alerts = AlertBook(self.store)
         self.slo_statuses: list[SloStatus] = []
         self.traces = TraceIngest(self)
@@ -110,13 +112,8 @@ class Runtime:
         self.store.close()
 
     def business_type_of(self, target: str, model: str) -> str | None:
-        """The SLO rules' model matchers decide first; the target configuration second."""
-        if self.rules is not None:
-            found = self.rules.business_type_of(model)
-            if found is not None:
-                return found
-        cfg = self.targets.get(target)
-        return cfg.business_type_of(model) if cfg is not None else None
+        """The fleet map's answer (collector/fleetmap.py): the target configuration, then the rules."""
+        return self.fleet.business_type_of(target, model)
 
     def evaluate_slos(self, now_unix: float) -> list[SloStatus]:
         """Evaluate every SLO on the stored rollups and advance the alert lifecycle (blocking)."""
@@ -124,7 +121,7 @@ class Runtime:
             return []
         start, end = period_bounds(self.rules, now_unix)
         rows = self.store.read_rows(start, end, metrics=SLO_METRICS)
-        statuses = evaluate(self.rules, rows, now_unix, read_requests(self.store, start, end))
+        statuses = evaluate(self.rules, rows, now_unix, read_requests(self.store, start, end), self.business_type_of)
         self.alerts.apply(self.rules, statuses, now_unix)
         self.slo_statuses = statuses
         return statuses

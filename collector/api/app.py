@@ -139,7 +139,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         out = []
         for name, scraper in sorted(rt.scrapers.items()):
             cfg = rt.targets[name]
-            out.append(target_out(scraper.status, cfg.business_type, cfg.labels, scraper.interval, scraper.timeout))
+            out.append(
+                target_out(scraper.status, cfg.business_type, cfg.labels, scraper.interval, scraper.timeout, rt.fleet)
+            )
         return TargetsResponse(targets=out)
 
     @app.get("/api/v1/serving", response_model=ServingResponse, tags=["serving"])

@@ -18,6 +18,7 @@ from collector import __version__
 from collector import conventions as conv
 from collector.analytics.serving import GaugeStats, ServingStats
 from collector.config import format_duration
+from collector.rollup import Cumulative, SeriesIdent
 from collector.slo.evaluate import burn, cumulative_events
 
 if TYPE_CHECKING:
@@ -112,12 +113,15 @@ class LlmsloCollector(Collector):
             "1 while a burn-rate alert instance fires.",
             labels=[*base, conv.LABEL_SEVERITY, conv.LABEL_LONG_WINDOW, conv.LABEL_SHORT_WINDOW],
         )
-        states = [(ident, cum) for s in rt.scrapers.values() for ident, cum in s.tracker.state.items()]
+        states_by_type: dict[str | None, list[tuple[SeriesIdent, Cumulative]]] = {}
+        for name, scraper in rt.scrapers.items():
+            for ident, cum in scraper.tracker.state.items():
+                btype = rt.business_type_of(name, ident.key.model)
+                states_by_type.setdefault(btype, []).append((ident, cum))
         for o in rt.rules.objectives:
             labels = [o.slo, o.business_type]
             objective.add_metric(labels, o.objective)
-            bt = next(b for b in rt.rules.business_types if b.name == o.business_type)
-            counted = cumulative_events(o, [(i, c) for i, c in states if bt.matches(i.key.model)])
+            counted = cumulative_events(o, states_by_type.get(o.business_type, []))
             if counted is not None:
                 good.add_metric(labels, counted.good)
                 total.add_metric(labels, counted.total)
@@ -156,7 +160,18 @@ class LlmsloCollector(Collector):
             labels=[conv.LABEL_TARGET, conv.LABEL_REASON],
         )
         resets = CounterMetricFamily(
-            conv.COUNTER_RESETS_TOTAL, "Counter resets seen (a restarted vLLM server).", labels=lbl
+            conv.COUNTER_RESETS_TOTAL, "Series whose counters reset (a restart resets every series).", labels=lbl
+        )
+        restarts = CounterMetricFamily(
+            conv.TARGET_RESTARTS_TOTAL, "Restarts of the target's server seen by llmslo (one per restart).", labels=lbl
+        )
+        last_restart = GaugeMetricFamily(
+            conv.TARGET_LAST_RESTART_SECONDS, "Unix time the last restarted server process started.", labels=lbl
+        )
+        process_start = GaugeMetricFamily(
+            conv.TARGET_PROCESS_START_SECONDS,
+            "Unix time the target's server process started (process_start_time_seconds or _created).",
+            labels=lbl,
         )
         for name, scraper in sorted(self.runtime.scrapers.items()):
             st = scraper.status
@@ -171,7 +186,29 @@ class LlmsloCollector(Collector):
             for reason in conv.SCRAPE_ERROR_REASONS:
                 errors.add_metric([name, reason], float(st.errors_total.get(reason, 0)))
             resets.add_metric([name], float(st.counter_resets_total))
-        yield from (up, dur, samples, size, last, total, errors, resets)
+            restarts.add_metric([name], float(st.restarts_total))
+            if st.last_restart_unix is not None:
+                last_restart.add_metric([name], st.last_restart_unix)
+            if st.process_start_unix is not None:
+                process_start.add_metric([name], st.process_start_unix)
+        yield from (up, dur, samples, size, last, total, errors, resets, restarts, last_restart, process_start)
+        fleet = self.runtime.fleet
+        pair = [conv.LABEL_TARGET, conv.LABEL_MODEL]
+        unassigned = GaugeMetricFamily(
+            conv.UNASSIGNED_MODELS,
+            "1 per (target, model) that no business type claims: no SLO evaluates its traffic.",
+            labels=pair,
+        )
+        for target, model in fleet.unassigned():
+            unassigned.add_metric([target, model], 1.0)
+        conflicts = GaugeMetricFamily(
+            conv.BUSINESS_TYPE_CONFLICTS,
+            "1 per (target, model) whose target configuration and SLO rules name different business types.",
+            labels=pair,
+        )
+        for target, model, _ in fleet.conflicts():
+            conflicts.add_metric([target, model], 1.0)
+        yield from (unassigned, conflicts)
 
     def _derived(self) -> Iterator[Metric]:
         families: dict[str, GaugeMetricFamily] = {}

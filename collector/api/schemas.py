@@ -13,6 +13,7 @@ from collector import conventions as conv
 from collector.analytics.percentiles import QuantileEstimate
 from collector.analytics.serving import GaugeStats, LatencyStats, ServingReport, ServingStats
 from collector.config import format_duration
+from collector.fleetmap import FleetMap
 from collector.slo.alerts import AlertInstance
 from collector.slo.evaluate import SloStatus, WindowSli, burn
 from collector.slo.spec import Objective
@@ -107,9 +108,14 @@ class Target(BaseModel):
     scrapes_total: int
     errors_total: dict[str, int]
     counter_resets_total: int
+    restarts_total: int
+    last_restart_unix: float | None
+    process_start_unix: float | None
     consecutive_failures: int
     next_scrape_not_before_unix: float | None
     models: list[str]
+    unassigned_models: list[str]
+    business_type_conflicts: list[str]
 
 
 class TargetsResponse(BaseModel):
@@ -184,8 +190,16 @@ def report_out(window: str, r: ServingReport) -> ServingResponse:
 
 
 def target_out(
-    st: TargetStatus, business_type: str | None, labels: dict[str, str], interval: float, timeout: float
+    st: TargetStatus,
+    business_type: str | None,
+    labels: dict[str, str],
+    interval: float,
+    timeout: float,
+    fleet: FleetMap,
 ) -> Target:
+    conflicts = [
+        f"{model}: target says {p.by_target!r}, rules say {p.by_rules!r}" for _, model, p in fleet.conflicts(st.name)
+    ]
     return Target(
         name=st.name,
         url=st.url,
@@ -204,9 +218,14 @@ def target_out(
         scrapes_total=st.scrapes_total,
         errors_total=dict(st.errors_total),
         counter_resets_total=st.counter_resets_total,
+        restarts_total=st.restarts_total,
+        last_restart_unix=st.last_restart_unix,
+        process_start_unix=st.process_start_unix,
         consecutive_failures=st.consecutive_failures,
         next_scrape_not_before_unix=st.next_allowed_unix or None,
         models=list(st.models),
+        unassigned_models=[model for _, model in fleet.unassigned(st.name)],
+        business_type_conflicts=conflicts,
     )
 
 

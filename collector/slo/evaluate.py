@@ -8,7 +8,7 @@ after one idle minute); a window without events is "no data", never good and nev
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -96,17 +96,35 @@ def windows_needed(rules: SloRules) -> list[float]:
     return sorted({s for p in rules.pairs for s in (p.long_seconds, p.short_seconds)})
 
 
+BusinessTypeOf = Callable[[str, str], str | None]  # (target, model) -> business type
+
+
 def evaluate(
-    rules: SloRules, rows: Sequence[Row], now_unix: float, request_rows: Sequence[tuple[RequestKey, RequestCell]] = ()
+    rules: SloRules,
+    rows: Sequence[Row],
+    now_unix: float,
+    request_rows: Sequence[tuple[RequestKey, RequestCell]] = (),
+    business_type_of: BusinessTypeOf | None = None,
 ) -> list[SloStatus]:
     """Evaluate every objective of `rules` on the stored engine rows and trace request rows
-    (both must cover the period). Goodput and trace-sourced latency SLIs use the request rows."""
+    (both must cover the period). Goodput and trace-sourced latency SLIs use the request rows.
+
+    `business_type_of(target, model)` places engine rows (the fleet map); without it, the rules'
+    model regexes alone decide."""
     end = period_start(now_unix) + MINUTE_SECONDS
     period_start_unix, _ = period_bounds(rules, now_unix)
     windows = windows_needed(rules)
+    place: BusinessTypeOf = business_type_of or (lambda _target, model: rules.business_type_of(model))
+    by_type: dict[str | None, list[Row]] = defaultdict(list)
+    placed: dict[tuple[str, str], str | None] = {}
+    for r in rows:
+        key = (r.cell.target, r.cell.ident.key.model)
+        if key not in placed:
+            placed[key] = place(*key)
+        by_type[placed[key]].append(r)
     out: list[SloStatus] = []
     for bt in rules.business_types:
-        mine = [r for r in rows if bt.matches(r.cell.ident.key.model)]
+        mine = by_type.get(bt.name, [])
         requests = [(k, c) for k, c in request_rows if k.business_type == bt.name]
         for objective in bt.objectives:
             if objective.sli == "goodput" or (objective.sli == "latency" and objective.source == "traces"):

@@ -51,7 +51,10 @@ class TargetStatus:
     body_bytes: int = 0
     scrapes_total: int = 0
     errors_total: Counter[str] = field(default_factory=Counter)
-    counter_resets_total: int = 0
+    counter_resets_total: int = 0  # series that reset (one restart resets every counter)
+    restarts_total: int = 0  # server restarts seen (once per restart, whatever the series count)
+    last_restart_unix: float | None = None  # when the restarted process started (else: when seen)
+    process_start_unix: float | None = None
     consecutive_failures: int = 0
     next_allowed_unix: float = 0.0
     models: tuple[str, ...] = ()
@@ -206,13 +209,19 @@ class TargetScraper:
         """Deltas since the last committed scrape, committed; the state advances only then."""
         target_id = self.target_id
         assert target_id is not None
-        deltas = self.tracker.observe(snapshot, now)
+        deltas = self.tracker.observe(snapshot, now, self.settings.scrape.startup_lookback)
         try:
             self.store.commit_scrape(target_id, deltas, snapshot.units, self.series_ids, now)
         except Exception as exc:
             raise ScrapeError(conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}") from exc
         self.tracker.commit(deltas, now)
-        self.status.counter_resets_total += deltas.resets
+        status = self.status
+        status.counter_resets_total += deltas.resets
+        status.process_start_unix = deltas.process_start_unix
+        if deltas.restarted:
+            status.restarts_total += 1
+            status.last_restart_unix = deltas.process_start_unix or now
+            log.info("target %s restarted (%d series reset)", self.target.name, deltas.resets)
 
     def _fail(self, reason: str, message: str, now: float, started: float) -> None:
         status = self.status
@@ -224,7 +233,12 @@ class TargetScraper:
         status.last_scrape_unix = now
         status.last_duration_seconds = time.perf_counter() - started
         # Exponential backoff: the first failure retries on the next tick, then 1, 3, 7... intervals.
-        backoff = self.interval * (2 ** (status.consecutive_failures - 1) - 1)
-        backoff = min(self.settings.scrape.backoff_max, backoff)
+        # A target never scraped successfully (a server still starting) is retried every interval,
+        # so its first scrape comes as soon as it answers.
+        if self.tracker.baseline_unix is None:
+            backoff = 0.0
+        else:
+            exponent = min(status.consecutive_failures - 1, 30)  # 2**30 intervals is past any cap
+            backoff = min(self.settings.scrape.backoff_max, self.interval * (2**exponent - 1))
         status.next_allowed_unix = now + backoff
         log.warning("target %s down (%s): %s", self.target.name, reason, message)

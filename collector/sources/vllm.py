@@ -100,7 +100,7 @@ LOGICAL_BY_NAME = {m.name: m for m in LOGICAL_METRICS}
 _MODEL_LABEL = "model_name"
 _DROPPED_LABELS = frozenset({"engine", "pid", "le"})
 
-_PART_VALUE, _PART_BUCKET, _PART_SUM, _PART_COUNT, _PART_PROCESS_START = 0, 1, 2, 3, 4
+_PART_VALUE, _PART_BUCKET, _PART_SUM, _PART_COUNT, _PART_PROCESS_START, _PART_CREATED = 0, 1, 2, 3, 4, 5
 # prometheus_client's process collector: it changes when the server restarts, even when the new
 # process's counters happen to be back at (or above) their old values
 _PROCESS_START = "process_start_time_seconds"
@@ -121,8 +121,12 @@ def _build_routes() -> dict[str, _Route]:
                 routes[alias + "_bucket"] = _Route(metric, rank, _PART_BUCKET)
                 routes[alias + "_sum"] = _Route(metric, rank, _PART_SUM)
                 routes[alias + "_count"] = _Route(metric, rank, _PART_COUNT)
+                routes[alias + "_created"] = _Route(metric, rank, _PART_CREATED)
             else:
                 routes[alias] = _Route(metric, rank, _PART_VALUE)
+                if metric.kind is Kind.COUNTER:
+                    # prometheus_client's creation time of the series: `<name>_created` (no _total)
+                    routes[alias.removesuffix("_total") + "_created"] = _Route(metric, rank, _PART_CREATED)
     return routes
 
 
@@ -157,6 +161,9 @@ class EngineSnapshot:
     histograms: dict[SeriesKey, HistogramPoint] = field(default_factory=dict)
     units: dict[SeriesKey, str] = field(default_factory=dict)
     samples: int = 0
+    # When the server process started: `process_start_time_seconds`, else the earliest `_created`
+    # sample of a vLLM series (the series vLLM creates at start-up). None in multiprocess mode,
+    # where vLLM exposes neither.
     process_start_unix: float | None = None
 
 
@@ -185,6 +192,8 @@ def _resolver(default_model: str) -> Callable[[str, Labels, int], _Slot | None]:
         route = _ROUTES.get(name)
         if route is None:
             return None
+        if route.part == _PART_CREATED:
+            return _Slot((SeriesKey("", "created"), 0, ""), route.logical, _PART_CREATED, math.nan, name)
         model = default_model
         kept: list[tuple[str, str]] = []
         le = math.nan
@@ -242,13 +251,21 @@ def read_scrape(
     scalars: dict[tuple[SeriesKey, int, str], float] = {}
     hists: dict[tuple[SeriesKey, int, str], _HistBuilder] = {}
     process_start: float | None = None
+    created: float | None = None
+    n_created = 0
     checked: set[str] = set()
     for slot, value, line, _key in slots:
+        part = slot.part
+        if part == _PART_CREATED:
+            n_created += 1
+            # a timestamp: a gauge family in text 0.0.4, part of the counter in OpenMetrics
+            if math.isfinite(value) and value > 0:
+                created = value if created is None else min(created, value)
+            continue
         if slot.sample_name not in checked:
             _check_type(types, slot.sample_name, slot.logical, line)
             checked.add(slot.sample_name)
         ident = slot.ident
-        part = slot.part
         if part == _PART_PROCESS_START:
             process_start = value if process_start is None else max(process_start, value)
             continue
@@ -274,7 +291,9 @@ def read_scrape(
             builder.sum = value
         else:
             builder.count = value
-    snapshot = EngineSnapshot(samples=len(slots), process_start_unix=process_start)
+    if process_start is None:
+        process_start = created
+    snapshot = EngineSnapshot(samples=len(slots) - n_created, process_start_unix=process_start)
     _fold_scalars(scalars, snapshot)
     _fold_histograms(hists, snapshot)
     return snapshot

@@ -111,7 +111,8 @@ def test_a_target_that_breaks_keeps_what_was_stored(tmp_path: Path) -> None:
 
 
 def test_backoff_skips_scheduled_scrapes_after_failures(tmp_path: Path) -> None:
-    with target_server({"/500": Behaviour(lambda: b"", status=500)}) as srv:
+    """A target that was up and fails backs off exponentially (one that never was up does not)."""
+    with target_server({"/500": Behaviour(vllm_body(lambda: 1))}) as srv:
         settings = settings_for(tmp_path, {"t": srv.url("/500")}, interval=1.0)
         now = {"t": 1000.0}
 
@@ -119,6 +120,8 @@ def test_backoff_skips_scheduled_scrapes_after_failures(tmp_path: Path) -> None:
             rt = Runtime(settings)
             await rt.start()
             scraper = rt.scrapers["t"]
+            assert await scraper.scrape_once(clock=lambda: now["t"])
+            srv.routes["/500"].status = 500
             for _ in range(3):
                 await scraper.run_scheduled(clock=lambda: now["t"])
                 now["t"] += 1.0

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from collector.rollup import Cell, DeltaTracker, SeriesIdent, period_start
-from collector.sources.vllm import Kind, SeriesKey, read_scrape
+from collector.sources.vllm import EngineSnapshot, Kind, SeriesKey, read_scrape
 from tests.vllm_fixtures import FAMILIES, Observations, render, workload
 
 MODEL = "m"
@@ -16,6 +16,12 @@ def snap(obs: Observations, version: str = "0.33"):  # type: ignore[no-untyped-d
 
 def ttft_ident(version: str = "0.33") -> SeriesIdent:
     return SeriesIdent(SeriesKey(MODEL, "ttft"), Kind.HISTOGRAM, tuple(FAMILIES[version].ttft_bounds))
+
+
+def started_at(obs: Observations, process_start: float) -> EngineSnapshot:
+    text = render(FAMILIES["0.33"], {(MODEL, "0"): obs})
+    text += f"# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {process_start!r}\n"
+    return read_scrape(text)
 
 
 def test_first_scrape_is_a_baseline_with_zero_deltas() -> None:
@@ -108,19 +114,68 @@ def test_period_start() -> None:
 
 
 def test_a_restart_is_detected_by_process_start_even_when_counters_are_back_at_their_old_values() -> None:
-    def with_start(obs: Observations, start: float):  # type: ignore[no-untyped-def]
-        text = render(FAMILIES["0.33"], {(MODEL, "0"): obs})
-        text += f"# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {start!r}\n"
-        return read_scrape(text)
-
     tracker = DeltaTracker()
-    tracker.commit(tracker.observe(with_start(workload(1), 100.0), 1000.0), 1000.0)
-    same_server = tracker.observe(with_start(workload(1), 100.0), 1015.0)
+    tracker.commit(tracker.observe(started_at(workload(1), 100.0), 1000.0), 1000.0)
+    same_server = tracker.observe(started_at(workload(1), 100.0), 1015.0)
     assert same_server.cells[PROMPT].value == 0.0
     # restarted, and served exactly as much again: the counters equal their old values
-    restarted = tracker.observe(with_start(workload(1), 1010.0), 1015.0)
+    restarted = tracker.observe(started_at(workload(1), 1010.0), 1015.0)
     assert restarted.cells[PROMPT].value == 5000.0
     assert restarted.cells[ttft_ident()].value == 20.0
     assert restarted.resets > 0
-    # no process series at all (multiprocess vLLM): decreasing counters still detect restarts
-    assert read_scrape(render(FAMILIES["0.33"], {(MODEL, "0"): workload(1)})).process_start_unix is None
+    # multiprocess vLLM exposes neither process series nor _created: decreasing counters still
+    # detect restarts, and a first scrape is a baseline
+    text = render(FAMILIES["0.33"], {(MODEL, "0"): workload(1)})
+    multiprocess = "\n".join(line for line in text.splitlines() if "_created" not in line) + "\n"
+    assert read_scrape(multiprocess).process_start_unix is None
+
+
+def test_a_server_that_started_within_the_lookback_is_counted_from_zero_on_the_first_scrape() -> None:
+    deltas = DeltaTracker().observe(started_at(workload(2), 1000.0), 1040.0, startup_lookback_seconds=600)
+    assert deltas.cells[PROMPT].value == 10000.0  # everything since the process started
+    assert deltas.cells[PROMPT].observed_seconds == 40.0
+    assert deltas.cells[ttft_ident()].value == 40.0
+    assert deltas.from_process_start and not deltas.restarted
+
+
+def test_a_server_running_longer_than_the_lookback_is_a_baseline() -> None:
+    deltas = DeltaTracker().observe(started_at(workload(2), 1000.0), 2000.0, startup_lookback_seconds=600)
+    assert deltas.cells[PROMPT].value == 0.0
+    assert not deltas.from_process_start
+
+
+def test_a_process_start_far_in_the_future_is_not_believed() -> None:
+    deltas = DeltaTracker().observe(started_at(workload(2), 9000.0), 1000.0, startup_lookback_seconds=600)
+    assert deltas.cells[PROMPT].value == 0.0
+
+
+def test_created_samples_give_the_process_start_when_process_metrics_are_missing() -> None:
+    text = render(FAMILIES["0.33"], {(MODEL, "0"): workload()}, created=1234.5)
+    assert "process_start_time_seconds" not in text
+    snapshot = read_scrape(text)
+    assert snapshot.process_start_unix == 1234.5
+    # the _created samples are metadata, not samples llmslo uses
+    without = "\n".join(line for line in text.splitlines() if "_created" not in line) + "\n"
+    assert snapshot.samples == read_scrape(without).samples
+
+
+def test_a_restart_after_a_gap_covers_only_the_time_since_the_process_started() -> None:
+    tracker = DeltaTracker()
+    tracker.commit(tracker.observe(started_at(workload(5), 900.0), 1000.0), 1000.0)
+    # down from 1000 to 1060; the new process started at 1050 and was scraped at 1065
+    deltas = tracker.observe(started_at(workload(1), 1050.0), 1065.0)
+    assert deltas.restarted
+    assert deltas.cells[PROMPT].value == 5000.0
+    assert deltas.cells[PROMPT].observed_seconds == 15.0  # not the whole 65 s gap
+    assert deltas.cells[ttft_ident()].observed_seconds == 15.0
+
+
+def test_a_restart_is_one_restart_however_many_series_reset() -> None:
+    tracker = DeltaTracker()
+    tracker.commit(tracker.observe(snap(workload(5)), 1000.0), 1000.0)
+    deltas = tracker.observe(snap(workload(1)), 1015.0)
+    assert deltas.restarted
+    assert deltas.resets > 10
+    quiet = DeltaTracker()
+    quiet.commit(quiet.observe(snap(workload(1)), 1000.0), 1000.0)
+    assert not quiet.observe(snap(workload(2)), 1015.0).restarted
