@@ -93,6 +93,7 @@ def test_a_model_no_rule_lists_is_evaluated_under_its_targets_business_type(tmp_
         }
         assert rt.fleet.unassigned() == [("stray-0", "nobody/knows-me")]
         [(target, model, placement)] = rt.fleet.conflicts()
+        assert model == "meta-llama/Llama-3.1-8B-Instruct"
         assert (target, placement.by_target, placement.by_rules) == ("cs-0", "customer_service", "chat")
         asyncio.run(rt.close())
 
