@@ -20,9 +20,10 @@ from collector import conventions as conv
 from collector.analytics.serving import ServingReport, build_report
 from collector.config import Settings, TargetConfig
 from collector.fleetmap import FleetMap
-from collector.rollup import MINUTE_SECONDS, period_start
+from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, period_start
 from collector.slo.alerts import AlertBook, deliver
 from collector.slo.evaluate import SloStatus, evaluate, period_bounds
+from collector.slo.incidents import TargetHealth, cache_alerts, target_alerts
 from collector.slo.spec import SloRules, load_rules
 from collector.sources.scrape import TargetScraper
 from collector.store.repository import Store
@@ -34,7 +35,17 @@ from collector.traces.summary import RequestSummary, summarize
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
 # the logical engine metrics SLO evaluation reads
-SLO_METRICS = ("ttft", "tpot", "itl", "e2e", "queue", "request_success", "generation_tokens")
+SLO_METRICS = (
+    "ttft",
+    "tpot",
+    "itl",
+    "e2e",
+    "queue",
+    "request_success",
+    "generation_tokens",
+    "prefix_cache_hits",  # the prefix-cache collapse ticket
+    "prefix_cache_queries",
+)
 
 
 def window_bounds(now_unix: float, window_seconds: float) -> tuple[int, int]:
@@ -122,9 +133,25 @@ class Runtime:
         start, end = period_bounds(self.rules, now_unix)
         rows = self.store.read_rows(start, end, metrics=SLO_METRICS)
         statuses = evaluate(self.rules, rows, now_unix, read_requests(self.store, start, end), self.business_type_of)
-        self.alerts.apply(self.rules, statuses, now_unix)
+        incidents = target_alerts(self.rules, self.target_health(), now_unix)
+        incidents |= cache_alerts(self.rules, rows, now_unix, self.business_type_of)
+        self.alerts.apply(self.rules, statuses, now_unix, incidents=incidents)
         self.slo_statuses = statuses
         return statuses
+
+    def target_health(self) -> list[TargetHealth]:
+        """Each target's state for the incident alerts, with the business types it serves."""
+        out = []
+        for name, scraper in self.scrapers.items():
+            st = scraper.status
+            cfg = self.targets[name]
+            types = {self.business_type_of(name, m) for m in st.models}
+            types |= {cfg.business_type, *cfg.models.values()}
+            types.discard(None)
+            out.append(
+                TargetHealth(name, frozenset(t for t in types if t), st.up, st.down_since_unix, st.last_restart_unix)
+            )
+        return out
 
     async def deliver_alerts(self, now_unix: float) -> int:
         if self.rules is None or not self.rules.alertmanager_url:
@@ -146,10 +173,44 @@ class Runtime:
         model: str | None = None,
         business_type: str | None = None,
     ) -> ServingReport:
-        """Derived serving metrics over one window (blocking: runs database reads)."""
-        start, end = window_bounds(now_unix, window_seconds)
-        cells = self.store.read_window(start, end, target=target, model=model)
+        """Derived serving metrics over one window (blocking: runs database reads).
+
+        Windows up to `sliding_horizon` slide over the scrapes of the last `window_seconds`
+        (in memory); longer ones are merges of whole minute rollups."""
+        if window_seconds <= self.settings.sliding_horizon:
+            cells = self.sliding_cells(now_unix, window_seconds, target, model)
+            start, end = int(now_unix - window_seconds), int(now_unix)
+        else:
+            start, end = window_bounds(now_unix, window_seconds)
+            cells = self.store.read_window(start, end, target=target, model=model)
         return build_report(cells, window_seconds, start, end, self.business_type_of, business_type)
+
+    def sliding_cells(
+        self, now_unix: float, window_seconds: float, target: str | None = None, model: str | None = None
+    ) -> list[SeriesCell]:
+        """Every series' deltas from the scrapes in (now - window, now], merged per target.
+
+        Each scrape's delta covers the time since the scrape before it, so the window covers
+        `window_seconds` within one scrape interval, and rates divide by exactly that time."""
+        out: list[SeriesCell] = []
+        since = now_unix - window_seconds
+        for name, scraper in self.scrapers.items():
+            if target is not None and name != target:
+                continue
+            merged: dict[SeriesIdent, SeriesCell] = {}
+            for scrape in list(scraper.recent):
+                if not since < scrape.unix <= now_unix:
+                    continue
+                for ident, cell in scrape.cells.items():
+                    if model is not None and ident.key.model != model:
+                        continue
+                    have = merged.get(ident)
+                    if have is None:
+                        merged[ident] = SeriesCell(name, ident, scrape.units.get(ident.key, ""), cell.copy())
+                    else:
+                        have.cell.merge(cell)
+            out.extend(merged.values())
+        return out
 
     def refresh_snapshot(self, now_unix: float) -> Snapshot:
         reports = {w: self.report(w, now_unix) for w in self.settings.windows}

@@ -48,35 +48,64 @@ def is_bound(o: Objective) -> bool:
     return any(abs(o.threshold_seconds - b) < 1e-9 for b in bounds)
 
 
+def engine(
+    bt: BusinessType, series: str, matchers: str = "", fn: str = "", window_text: str = "{w}", offset: str = ""
+) -> str:
+    """The vLLM series of one business type, the same way the fleet map places them: by the
+    `business_type` target label that the user's Prometheus attaches (relabelling, README), and,
+    for series without that label, by the rules' model regexes when the rules list any.
+
+    `series` is a metric name, or `~regex` for a name regex. With `fn` (rate, increase, ...)
+    each selector is wrapped in `fn(...[window] offset ...)` before the union, so a `sum()`
+    around the result counts every series once (their label sets differ in `business_type`, so
+    `or` keeps both sides)."""
+    name, first = ("", f'__name__=~"{series[1:]}",') if series.startswith("~") else (series, "")
+    extra = f",{matchers}" if matchers else ""
+    selectors = [f'{name}{{{first}business_type="{bt.name}"{extra}}}']
+    if bt.model_patterns:
+        selectors.append(f'{name}{{{first}business_type="",model_name=~"{bt.model_regex}"{extra}}}')
+    if fn:
+        shift = f" offset {offset}" if offset else ""
+        selectors = [f"{fn}({sel}[{window_text}]{shift})" for sel in selectors]
+    return selectors[0] if len(selectors) == 1 else "(" + " or ".join(selectors) + ")"
+
+
 @dataclass(frozen=True, slots=True)
 class Sli:
-    """How one objective is measured in PromQL: bad and total event-rate expressions for a
-    window placeholder `{w}`, and the series a test must write (name, labels) for good/bad/total."""
+    """How one objective is measured in PromQL: bad and total event-rate expressions and the
+    event count (for the low-traffic guard), each for a window placeholder `{w}`."""
 
     bad_rate: str
     total_rate: str
-    total_series: str  # series whose increase counts events (for the low-traffic guard)
+    total_increase: str
     kind: str  # "histogram" | "errors" | "llmslo_counters"
 
     def error_ratio(self, window_text: str) -> str:
         return f"{self.bad_rate.replace('{w}', window_text)} / {self.total_rate.replace('{w}', window_text)}"
 
+    def events(self, window_text: str) -> str:
+        return self.total_increase.replace("{w}", window_text)
+
 
 def sli_for(bt: BusinessType, o: Objective) -> Sli | None:
     """None when Prometheus cannot compute the SLI from vLLM or llmslo series (traces, cost)."""
-    models = f'model_name=~"{bt.model_regex}"'
     if o.sli == "latency" and o.source == "engine" and o.metric is not None and o.threshold_seconds is not None:
         family = LATENCY_HISTOGRAMS[o.metric][0]
         if is_bound(o):
-            total = f"sum(rate({family}_count{{{models}}}[{{w}}]))"
-            good = f'sum(rate({family}_bucket{{{models},le=~"{le_matcher(o.threshold_seconds)}"}}[{{w}}]))'
-            return Sli(f"({total} - {good})", total, f"{family}_count{{{models}}}", "histogram")
+            total = f"sum({engine(bt, family + '_count', fn='rate')})"
+            le = f'le=~"{le_matcher(o.threshold_seconds)}"'
+            good = f"sum({engine(bt, family + '_bucket', le, fn='rate')})"
+            increase = f"sum({engine(bt, family + '_count', fn='increase')})"
+            return Sli(f"({total} - {good})", total, increase, "histogram")
         slo = f'slo="{o.slo}"'
         total = f"sum(rate({conv.SLO_EVENTS}{{{slo}}}[{{w}}]))"
         good = f"sum(rate({conv.SLO_GOOD_EVENTS}{{{slo}}}[{{w}}]))"
-        return Sli(f"({total} - {good})", total, f"{conv.SLO_EVENTS}{{{slo}}}", "llmslo_counters")
+        increase = f"sum(increase({conv.SLO_EVENTS}{{{slo}}}[{{w}}]))"
+        return Sli(f"({total} - {good})", total, increase, "llmslo_counters")
     if o.sli == "error_ratio":
-        total = f"sum(rate(vllm:request_success_total{{{models}}}[{{w}}]))"
-        bad = f'sum(rate(vllm:request_success_total{{{models},finished_reason=~"abort|error"}}[{{w}}]))'
-        return Sli(bad, total, f"vllm:request_success_total{{{models}}}", "errors")
+        total = f"sum({engine(bt, 'vllm:request_success_total', fn='rate')})"
+        errors = 'finished_reason=~"abort|error"'
+        bad = f"sum({engine(bt, 'vllm:request_success_total', errors, fn='rate')})"
+        increase = f"sum({engine(bt, 'vllm:request_success_total', fn='increase')})"
+        return Sli(bad, total, increase, "errors")
     return None

@@ -11,12 +11,19 @@ from typing import Any
 
 from collector import conventions as conv
 from collector.generate.promql import Sli, error_ratio_record, num, window
-from collector.generate.rules import burn_rate_alerts, objectives_with_sli, recording_groups, threshold_alerts
+from collector.generate.rules import (
+    burn_rate_alerts,
+    objectives_with_sli,
+    recording_groups,
+    threshold_alerts,
+    ttft_alert_bound,
+)
 from collector.slo.spec import BusinessType, Objective, SloRules
 from collector.slo.windows import BurnPair
 from collector.sources.vllm_buckets import LATENCY_HISTOGRAMS
 
 RATE = 1000  # requests per minute in the tests
+UNLISTED_MODEL = "acme/house-model"  # a model no rule lists: placed by the business_type label only
 MARGIN = 0.15  # every pair's error ratio stays this far (relative) from its threshold
 
 
@@ -33,13 +40,14 @@ def _series(
     bt: BusinessType,
     o: Objective,
     sli: Sli,
-    model: str,
+    labels: str,
     healthy_minutes: int,
     bad_minutes: int,
     rate: float,
     bad_fraction: float,
 ) -> list[dict[str, str]]:
-    """Input series: `healthy_minutes` at `bad_fraction`, then `bad_minutes` where every event is bad."""
+    """Input series (vLLM's carry `labels`): `healthy_minutes` at `bad_fraction`, then
+    `bad_minutes` where every event is bad."""
     good = rate * (1 - bad_fraction)
     bad = rate - good
     good_values = f"0+{num(good)}x{healthy_minutes}" + (
@@ -49,7 +57,7 @@ def _series(
         bad_values = f"0+{num(bad)}x{healthy_minutes}" + (
             f" {num(bad * healthy_minutes + rate)}+{num(rate)}x{bad_minutes - 1}" if bad_minutes else ""
         )
-        base = f'vllm:request_success_total{{model_name="{model}",finished_reason="%s"}}'
+        base = f'vllm:request_success_total{{{labels},finished_reason="%s"}}'
         return [
             {"series": base % "stop", "values": good_values},
             {"series": base % "error", "values": bad_values},
@@ -60,13 +68,13 @@ def _series(
         family = LATENCY_HISTOGRAMS[o.metric][0]
         le = repr(float(o.threshold_seconds))
         return [
-            {"series": f'{family}_count{{model_name="{model}"}}', "values": total_values},
-            {"series": f'{family}_bucket{{model_name="{model}",le="{le}"}}', "values": good_values},
+            {"series": f"{family}_count{{{labels}}}", "values": total_values},
+            {"series": f'{family}_bucket{{{labels},le="{le}"}}', "values": good_values},
         ]
-    labels = f'slo="{o.slo}",business_type="{bt.name}"'
+    slo = f'slo="{o.slo}",business_type="{bt.name}"'
     return [
-        {"series": f"{conv.SLO_EVENTS}{{{labels}}}", "values": total_values},
-        {"series": f"{conv.SLO_GOOD_EVENTS}{{{labels}}}", "values": good_values},
+        {"series": f"{conv.SLO_EVENTS}{{{slo}}}", "values": total_values},
+        {"series": f"{conv.SLO_GOOD_EVENTS}{{{slo}}}", "values": good_values},
     ]
 
 
@@ -111,6 +119,9 @@ def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
         model = example_model(bt)
         if model is None:
             continue
+        by_model = f'model_name="{model}"'
+        # the firing case is placed by the business_type target label alone (a model no rule lists)
+        by_label = f'business_type="{bt.name}",model_name="{UNLISTED_MODEL}"'
         mine = [a for a in alerts if a["labels"]["slo"] == o.slo]
         baseline = o.error_budget / 10
         page = min((p for p in rules.pairs if p.severity == "page"), key=lambda p: p.long_seconds)
@@ -140,7 +151,7 @@ def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
             {
                 "name": f"{o.slo}: fires {m}m into an outage after {history // 60}h of healthy traffic",
                 "interval": "1m",
-                "input_series": _series(bt, o, sli, model, history, m + 5, RATE, baseline),
+                "input_series": _series(bt, o, sli, by_label, history, m + 5, RATE, baseline),
                 "promql_expr_test": [
                     {
                         "expr": f'round({error_ratio_record(page.short_seconds)}{{slo="{o.slo}"}}, 0.001)',
@@ -168,7 +179,7 @@ def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
             {
                 "name": f"{o.slo}: does not fire yet {quick}m into an outage",
                 "interval": "1m",
-                "input_series": _series(bt, o, sli, model, short_history, quick + 1, RATE, baseline),
+                "input_series": _series(bt, o, sli, by_model, short_history, quick + 1, RATE, baseline),
                 "alert_rule_test": [
                     {"eval_time": f"{short_history + quick}m", "alertname": o.alert_name, "exp_alerts": []}
                 ],
@@ -179,7 +190,7 @@ def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
                 "name": f"{o.slo}: low traffic (below min_events) never pages, even all bad",
                 "interval": "1m",
                 "input_series": _series(
-                    bt, o, sli, model, short_history, 120, rules.min_events / 3 / (short_history + 120), baseline
+                    bt, o, sli, by_model, short_history, 120, rules.min_events / 3 / (short_history + 120), baseline
                 ),
                 "alert_rule_test": [
                     {"eval_time": f"{short_history + 120}m", "alertname": o.alert_name, "exp_alerts": []}
@@ -190,7 +201,7 @@ def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
             {
                 "name": f"{o.slo}: healthy traffic never pages",
                 "interval": "1m",
-                "input_series": _series(bt, o, sli, model, short_history, 0, RATE, baseline),
+                "input_series": _series(bt, o, sli, by_model, short_history, 0, RATE, baseline),
                 "alert_rule_test": [{"eval_time": f"{short_history}m", "alertname": o.alert_name, "exp_alerts": []}],
             }
         )
@@ -198,14 +209,18 @@ def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
 
 
 def threshold_tests(rules: SloRules) -> list[dict[str, Any]]:
-    """Fires and does-not-fire for the plain threshold alerts of the first business type."""
-    alerts = {(a["alert"], a["labels"]["business_type"]): a for a in threshold_alerts(rules)}
+    """Fires and does-not-fire for the threshold alerts and incident tickets of one business type,
+    with series placed by the `business_type` target label and by the model-regex fallback."""
+    alerts = {(a["alert"], a["labels"].get("business_type", "")): a for a in threshold_alerts(rules)}
     bt = next((b for b in rules.business_types if example_model(b)), None)
     tests: list[dict[str, Any]] = []
     if bt is None:
         return tests
     model = example_model(bt)
+    other = next((b for b in rules.business_types if b.name != bt.name), None)
     t = rules.thresholds
+    job = rules.vllm_job
+    instance = "127.0.0.1:8000"
 
     def case(
         name: str,
@@ -216,14 +231,10 @@ def threshold_tests(rules: SloRules) -> list[dict[str, Any]]:
         key: str | None = None,
         labels: dict[str, str] | None = None,
     ) -> None:
-        rule = alerts[(alert, key or bt.name)]
+        rule = alerts[(alert, bt.name if key is None else key)]
+        annotations = {k: v.replace("{{ $labels.instance }}", instance) for k, v in rule["annotations"].items()}
         exp = (
-            [
-                {
-                    "exp_labels": {**rule["labels"], **(labels or {}), "alertname": alert},
-                    "exp_annotations": rule["annotations"],
-                }
-            ]
+            [{"exp_labels": {**rule["labels"], **(labels or {}), "alertname": alert}, "exp_annotations": annotations}]
             if fires
             else []
         )
@@ -237,15 +248,38 @@ def threshold_tests(rules: SloRules) -> list[dict[str, Any]]:
         )
 
     m = f'model_name="{model}"'
+    labelled = f'business_type="{bt.name}",model_name="{UNLISTED_MODEL}"'
     if t.queue_waiting is not None:
         waiting = int(t.queue_waiting)
+        at = f"{int(t.queue_for_seconds / 60) + 5}m"
         for value, fires in ((waiting * 2, True), (max(0, waiting - 1), False)):
             case(
-                f"queue of {value} waiting {'fires' if fires else 'does not fire'}",
+                f"queue of {value} waiting {'fires' if fires else 'does not fire'} (model regex)",
                 [{"series": f"vllm:num_requests_waiting{{{m}}}", "values": f"{value}x30"}],
                 "LLMSLOQueueBackingUp",
                 fires,
-                f"{int(t.queue_for_seconds / 60) + 5}m",
+                at,
+            )
+        case(
+            "a queue on a model no rule lists, labelled with the business type, fires",
+            [{"series": f"vllm:num_requests_waiting{{{labelled}}}", "values": f"{waiting * 2}x30"}],
+            "LLMSLOQueueBackingUp",
+            True,
+            at,
+        )
+        if other is not None:
+            case(
+                f"a series labelled {other.name} alerts for {other.name} only, whatever its model name",
+                [
+                    {
+                        "series": f'vllm:num_requests_waiting{{business_type="{other.name}",{m}}}',
+                        "values": f"{waiting * 2}x30",
+                    }
+                ],
+                "LLMSLOQueueBackingUp",
+                True,
+                at,
+                key=other.name,
             )
     if t.kv_cache_usage is not None:
         high = num(min(1.0, t.kv_cache_usage + 0.02))
@@ -268,11 +302,11 @@ def threshold_tests(rules: SloRules) -> list[dict[str, Any]]:
                 f"error ratio {'above' if fires else 'at zero'}",
                 [
                     {
-                        "series": f'vllm:request_success_total{{{m},finished_reason="stop"}}',
+                        "series": f'vllm:request_success_total{{{labelled},finished_reason="stop"}}',
                         "values": "0+100x30",
                     },
                     {
-                        "series": f'vllm:request_success_total{{{m},finished_reason="error"}}',
+                        "series": f'vllm:request_success_total{{{labelled},finished_reason="error"}}',
                         "values": f"0+{bad}x30",
                     },
                 ],
@@ -281,26 +315,52 @@ def threshold_tests(rules: SloRules) -> list[dict[str, Any]]:
                 "20m",
             )
     if t.ttft_p95_seconds is not None:
-        family = "vllm:time_to_first_token_seconds_bucket"
-        bounds = [b for b in LATENCY_HISTOGRAMS["ttft"][1] if b > t.ttft_p95_seconds][:2]
-        for slow, fires in ((True, True), (False, False)):
-            series = [{"series": f'{family}{{{m},le="+Inf"}}', "values": "0+100x30"}]
-            for b in bounds:
-                series.append(
-                    {
-                        "series": f'{family}{{{m},le="{b!r}"}}',
-                        "values": "0+100x30" if not slow or b == bounds[-1] else "0+0x30",
-                    }
-                )
-            low = max(b for b in LATENCY_HISTOGRAMS["ttft"][1] if b <= t.ttft_p95_seconds)
-            series.append({"series": f'{family}{{{m},le="{low!r}"}}', "values": "0+0x30" if slow else "0+100x30"})
+        family = "vllm:time_to_first_token_seconds"
+        bound = ttft_alert_bound(t.ttft_p95_seconds)
+        for slow_per_min, fires in ((10, True), (2, False)):
             case(
-                f"p95 TTFT {'above' if fires else 'below'} {num(t.ttft_p95_seconds)} s",
-                series,
+                f"{slow_per_min} % of requests over the {num(bound)} s bound {'fires' if fires else 'does not fire'}",
+                [
+                    {"series": f'{family}_bucket{{{m},le="{bound!r}"}}', "values": f"0+{100 - slow_per_min}x30"},
+                    {"series": f'{family}_bucket{{{m},le="+Inf"}}', "values": "0+100x30"},
+                    {"series": f"{family}_count{{{m}}}", "values": "0+100x30"},
+                ],
                 "LLMSLOTTFTP95High",
                 fires,
                 "20m",
             )
+    if t.prefix_cache_drop is not None:
+        ref = int(t.prefix_cache_reference_seconds / 60)
+        w = int(t.prefix_cache_window_seconds / 60)
+        hits, queries = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+        at = f"{ref + w + w}m"  # one window into the collapse, after a full reference window
+
+        def cache(rate: int, ratio_after: float) -> list[dict[str, str]]:
+            half = rate // 2
+            after = int(rate * ratio_after)
+            return [
+                {"series": f"{queries}{{{m}}}", "values": f"0+{rate}x{ref + 3 * w}"},
+                {"series": f"{hits}{{{m}}}", "values": f"0+{half}x{ref + w} {half * (ref + w)}+{after}x{2 * w}"},
+            ]
+
+        case("prefix-cache hit ratio from 0.5 to 0 fires", cache(10_000, 0.0), "LLMSLOPrefixCacheCollapse", True, at)
+        case(
+            "a steady prefix-cache hit ratio does not fire", cache(10_000, 0.5), "LLMSLOPrefixCacheCollapse", False, at
+        )
+        case(
+            "a prefix-cache collapse in low traffic does not fire",
+            cache(int(t.prefix_cache_min_queries / w / 2), 0.0),
+            "LLMSLOPrefixCacheCollapse",
+            False,
+            at,
+        )
+        case(
+            "an idle server (no cache queries) does not fire",
+            [{"series": f"{queries}{{{m}}}", "values": "500x90"}, {"series": f"{hits}{{{m}}}", "values": "200x90"}],
+            "LLMSLOPrefixCacheCollapse",
+            False,
+            at,
+        )
 
     def absent(name: str, series: list[dict[str, str]], missing: list[str]) -> None:
         exp = [
@@ -330,37 +390,78 @@ def threshold_tests(rules: SloRules) -> list[dict[str, Any]]:
         [{"series": f"vllm:num_requests_running{{{m}}}", "values": "1x30"}],
         [n for n in names if n != bt.name],
     )
-    down_for = int(t.target_down_for_seconds / 60)
-    target = {"job": rules.vllm_job, "instance": "10.0.0.7:8000"}
-    up = f'up{{job="{rules.vllm_job}",instance="10.0.0.7:8000"}}'
-    rule = alerts[("LLMSLOTargetDown", "all")]
-    annotations = {k: v.replace("{{ $labels.instance }}", target["instance"]) for k, v in rule["annotations"].items()}
-    tests.append(
-        {
-            "name": "a scrape target down fires",
-            "interval": "1m",
-            "input_series": [{"series": up, "values": f"1x5 0x{down_for + 10}"}],
-            "alert_rule_test": [
-                {
-                    "eval_time": f"{5 + down_for + 3}m",
-                    "alertname": "LLMSLOTargetDown",
-                    "exp_alerts": [
-                        {
-                            "exp_labels": {**rule["labels"], **target, "alertname": "LLMSLOTargetDown"},
-                            "exp_annotations": annotations,
-                        }
-                    ],
-                }
-            ],
-        }
+    absent(
+        f"vLLM series labelled {bt.name}, of a model no rule lists: only the others fire",
+        [{"series": f"vllm:num_requests_running{{{labelled}}}", "values": "1x30"}],
+        [n for n in names if n != bt.name],
     )
-    tests.append(
-        {
-            "name": "a scrape target up does not fire",
-            "interval": "1m",
-            "input_series": [{"series": up, "values": "1x30"}],
-            "alert_rule_test": [{"eval_time": "20m", "alertname": "LLMSLOTargetDown", "exp_alerts": []}],
-        }
+    down_for = max(1, int(t.target_down_for_seconds / 60))
+    target = {"job": job, "instance": instance}
+    up = f'up{{job="{job}",instance="{instance}",business_type="{bt.name}"}}'
+    up2 = f'up{{job="{job}",instance="127.0.0.1:8001",business_type="{bt.name}"}}'
+    case(
+        "a scrape target down fires a ticket",
+        [{"series": up, "values": f"1x5 0x{down_for + 10}"}],
+        "LLMSLOTargetDown",
+        True,
+        f"{5 + down_for + 3}m",
+        key="",
+        labels={**target, "business_type": bt.name},
+    )
+    case(
+        "a scrape target up does not fire", [{"series": up, "values": "1x30"}], "LLMSLOTargetDown", False, "20m", key=""
+    )
+    case(
+        f"every {bt.name} target down pages",
+        [{"series": up, "values": f"1x5 0x{down_for + 10}"}, {"series": up2, "values": f"1x5 0x{down_for + 10}"}],
+        "LLMSLONoHealthyTarget",
+        True,
+        f"{5 + down_for + 3}m",
+    )
+    case(
+        f"one of two {bt.name} targets down does not page",
+        [{"series": up, "values": f"1x5 0x{down_for + 10}"}, {"series": up2, "values": "1x30"}],
+        "LLMSLONoHealthyTarget",
+        False,
+        f"{5 + down_for + 3}m",
+    )
+    restart = int(t.restart_window_seconds / 60)
+    start = f'process_start_time_seconds{{job="{job}",instance="{instance}",business_type="{bt.name}"}}'
+    restarted_labels = {**target, "business_type": bt.name}
+    case(
+        "a new process start time fires a restart ticket",
+        [{"series": start, "values": f"1000x10 1700x{restart + 20}"}],
+        "LLMSLOTargetRestarted",
+        True,
+        "12m",
+        key="",
+        labels=restarted_labels,
+    )
+    case(
+        f"the restart ticket resolves {restart}m after the restart",
+        [{"series": start, "values": f"1000x10 1700x{restart + 20}"}],
+        "LLMSLOTargetRestarted",
+        False,
+        f"{10 + restart + 2}m",
+        key="",
+    )
+    case(
+        "a steady process start time does not fire",
+        [{"series": start, "values": "1000x40"}],
+        "LLMSLOTargetRestarted",
+        False,
+        "30m",
+        key="",
+    )
+    prompt = f'vllm:prompt_tokens_total{{job="{job}",instance="{instance}",business_type="{bt.name}",{m}}}'
+    case(
+        "a counter reset (multiprocess vLLM: no process series) fires a restart ticket",
+        [{"series": prompt, "values": f"0+100x10 50+100x{restart + 20}"}],
+        "LLMSLOTargetRestarted",
+        True,
+        "12m",
+        key="",
+        labels=restarted_labels,
     )
     return tests
 

@@ -9,9 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.generate.promql import Sli, error_ratio_record, events_record, num, sli_for, window
+from collector.generate.promql import (
+    Sli,
+    engine,
+    error_ratio_record,
+    events_record,
+    le_matcher,
+    num,
+    sli_for,
+    window,
+)
 from collector.slo.evaluate import windows_needed
 from collector.slo.spec import BusinessType, Objective, SloRules
+from collector.sources.vllm_buckets import LATENCY_HISTOGRAMS
 
 Rule = dict[str, Any]
 
@@ -37,7 +47,7 @@ def recording_groups(rules: SloRules) -> list[dict[str, Any]]:
                 out.append(
                     {
                         "record": events_record(w),
-                        "expr": f"sum(increase({sli.total_series}[{win}]))",
+                        "expr": sli.events(win),
                         "labels": labels,
                     }
                 )
@@ -78,7 +88,7 @@ def burn_rate_alerts(rules: SloRules) -> list[Rule]:
                         "labels": {
                             "severity": pair.severity,
                             "business_type": o.business_type,
-                            "model": bt.model_regex,
+                            **({"model": bt.model_regex} if bt.model_patterns else {}),
                             "slo": o.slo,
                             "long_window": long_w,
                             "short_window": short_w,
@@ -99,51 +109,74 @@ def burn_rate_alerts(rules: SloRules) -> list[Rule]:
     return out
 
 
+def ttft_alert_bound(threshold_seconds: float) -> float:
+    """The vLLM TTFT bucket bound at or above a threshold: what a share-above alert can measure."""
+    bounds = LATENCY_HISTOGRAMS["ttft"][1]
+    return min((b for b in bounds if b >= threshold_seconds - 1e-9), default=bounds[-1])
+
+
+# both spellings: transitional versions (0.9-0.11) expose both, doubling hits and queries alike
+PREFIX_HITS = "~vllm:(gpu_)?prefix_cache_hits_total"
+PREFIX_QUERIES = "~vllm:(gpu_)?prefix_cache_queries_total"
+
+
 def threshold_alerts(rules: SloRules) -> list[Rule]:
-    """The seeds' plain alerts, per business type (model_name matcher from the rules)."""
+    """The seeds' plain alerts and the incident tickets, per business type (selected like the
+    SLIs: `business_type` target label, else the rules' model regexes)."""
     t = rules.thresholds
     out: list[Rule] = []
-    for bt in rules.business_types:
-        m = f'model_name=~"{bt.model_regex}"'
-        base = {"business_type": bt.name}
 
-        def add(
-            name: str,
-            expr: str,
-            for_seconds: float,
-            severity: str,
-            summary: str,
-            description: str,
-            bt: BusinessType = bt,
-            base: dict[str, str] = base,
-        ) -> None:
-            rule: Rule = {"alert": name, "expr": expr}
-            if for_seconds:
-                rule["for"] = _w(for_seconds)
-            rule["labels"] = {"severity": severity, **base}
-            rule["annotations"] = {
-                "summary": summary,
-                "description": description,
-                "runbook_url": rules.runbook(name.lower()),
-                "dashboard_url": rules.dashboard(bt.name),
-            }
-            out.append(rule)
+    def add(
+        bt_name: str,
+        name: str,
+        expr: str,
+        for_seconds: float,
+        severity: str,
+        summary: str,
+        description: str,
+    ) -> None:
+        rule: Rule = {"alert": name, "expr": expr}
+        if for_seconds:
+            rule["for"] = _w(for_seconds)
+        rule["labels"] = {"severity": severity, "business_type": bt_name}
+        rule["annotations"] = {
+            "summary": summary,
+            "description": description,
+            "runbook_url": rules.runbook(name.lower()),
+            "dashboard_url": rules.dashboard(bt_name),
+        }
+        out.append(rule)
+
+    for bt in rules.business_types:
+
+        def sel(
+            series: str, matchers: str = "", fn: str = "", w: str = "5m", offset: str = "", bt: BusinessType = bt
+        ) -> str:
+            return engine(bt, series, matchers, fn, w, offset)
 
         if t.ttft_p95_seconds is not None:
+            # Not histogram_quantile > threshold: inside a bucket that only interpolates (a 2 s
+            # threshold sits in vLLM's (1, 2.5] bucket). The share of requests above the nearest
+            # bound at or over the threshold is measured exactly.
+            bound = ttft_alert_bound(t.ttft_p95_seconds)
+            family = "vllm:time_to_first_token_seconds"
+            le = f'le=~"{le_matcher(bound)}"'
             add(
+                bt.name,
                 "LLMSLOTTFTP95High",
-                "histogram_quantile(0.95, sum by (le) "
-                f"(rate(vllm:time_to_first_token_seconds_bucket{{{m}}}[5m]))) > {num(t.ttft_p95_seconds)}",
+                f"1 - sum({sel(family + '_bucket', le, 'rate')}) / sum({sel(family + '_count', fn='rate')}) > 0.05",
                 300,
                 "ticket",
-                f"{bt.name}: p95 TTFT above {num(t.ttft_p95_seconds)} s",
-                "p95 time to first token over 5m, interpolated inside a vLLM bucket: the true p95 may be "
-                "anywhere in that bucket (see the runbook).",
+                f"{bt.name}: more than 5 % of requests wait over {num(bound)} s for their first token",
+                f"The p95 TTFT threshold is {num(t.ttft_p95_seconds)} s; vLLM's nearest TTFT bucket bound at "
+                f"or above it is {num(bound)} s, so this alert measures the share of requests above "
+                f"{num(bound)} s over 5m (exact), not an interpolated p95.",
             )
         if t.queue_waiting is not None:
             add(
+                bt.name,
                 "LLMSLOQueueBackingUp",
-                f"sum(vllm:num_requests_waiting{{{m}}}) > {num(t.queue_waiting)}",
+                f"sum({sel('vllm:num_requests_waiting')}) > {num(t.queue_waiting)}",
                 t.queue_for_seconds,
                 "ticket",
                 f"{bt.name}: requests are queueing",
@@ -152,9 +185,10 @@ def threshold_alerts(rules: SloRules) -> list[Rule]:
             )
         if t.kv_cache_usage is not None:
             add(
+                bt.name,
                 "LLMSLOKVCacheNearlyFull",
-                f"max(vllm:kv_cache_usage_perc{{{m}}}) > {num(t.kv_cache_usage)}"
-                f" and on () sum(rate(vllm:generation_tokens_total{{{m}}}[5m])) > 0",
+                f"max({sel('vllm:kv_cache_usage_perc')}) > {num(t.kv_cache_usage)}"
+                f" and on () sum({sel('vllm:generation_tokens_total', fn='rate')}) > 0",
                 t.kv_cache_for_seconds,
                 "ticket",
                 f"{bt.name}: KV cache nearly full",
@@ -162,39 +196,92 @@ def threshold_alerts(rules: SloRules) -> list[Rule]:
                 "gauge stuck high with no traffic is stale and does not fire).",
             )
         if t.error_ratio is not None:
+            errors = 'finished_reason=~"abort|error"'
             add(
+                bt.name,
                 "LLMSLOErrorRateHigh",
-                f'sum(rate(vllm:request_success_total{{{m},finished_reason=~"abort|error"}}[5m]))'
-                f" / sum(rate(vllm:request_success_total{{{m}}}[5m])) > {num(t.error_ratio)}",
+                f"sum({sel('vllm:request_success_total', errors, 'rate')})"
+                f" / sum({sel('vllm:request_success_total', fn='rate')}) > {num(t.error_ratio)}",
                 300,
                 "ticket",
                 f"{bt.name}: error rate above {num(t.error_ratio * 100)} %",
                 f"more than {num(t.error_ratio * 100)} % of finished requests ended in abort or error over 5m.",
             )
+        if t.prefix_cache_drop is not None:
+            w, ref = _w(t.prefix_cache_window_seconds), _w(t.prefix_cache_reference_seconds)
+            hits, queries = sel(PREFIX_HITS, fn="increase", w=w), sel(PREFIX_QUERIES, fn="increase", w=w)
+            ref_hits = sel(PREFIX_HITS, fn="increase", w=ref, offset=w)
+            ref_queries = sel(PREFIX_QUERIES, fn="increase", w=ref, offset=w)
+            now_ratio = f"(sum({hits}) / sum({queries}))"
+            ref_ratio = f"(sum({ref_hits}) / sum({ref_queries}))"
+            add(
+                bt.name,
+                "LLMSLOPrefixCacheCollapse",
+                f"{now_ratio} < {num(t.prefix_cache_drop)} * {ref_ratio}"
+                f" and on () {ref_ratio} > {num(t.prefix_cache_min_ratio)}"
+                f" and on () sum({queries}) >= {num(t.prefix_cache_min_queries)}",
+                0,
+                "ticket",
+                f"{bt.name}: prefix-cache hit ratio collapsed",
+                f"The prefix-cache hit ratio over {w} is below {num(t.prefix_cache_drop * 100)} % of its own "
+                f"level over the {ref} before: prompts stopped sharing prefixes (a changed system prompt, "
+                "a new client) or the cache is being evicted (KV pressure). Expect TTFT and prefill cost up.",
+            )
         add(
+            bt.name,
             "LLMSLONoEngineMetrics",
-            f"absent(vllm:num_requests_running{{{m}}})",
+            f"absent({sel('vllm:num_requests_running')})",
             600,
             "ticket",
             f"{bt.name}: no vLLM series for this business type",
-            "No vLLM series matches the business type's models: every SLO of it reports no data.",
+            "No vLLM series carries this business type (business_type target label) or matches its "
+            "models: every SLO of it reports no data.",
         )
-    out.append(
-        {
-            "alert": "LLMSLOTargetDown",
-            "expr": f'up{{job="{rules.vllm_job}"}} == 0',
-            "for": _w(rules.thresholds.target_down_for_seconds),
-            "labels": {"severity": "page", "business_type": "all"},
-            "annotations": {
-                "summary": "a vLLM server does not answer its /metrics scrape",
-                "description": "{{ $labels.instance }} has been down for "
-                f"{_w(rules.thresholds.target_down_for_seconds)}. Clients of a dead server get "
-                "connection errors that vLLM's own error counters never see.",
-                "runbook_url": rules.runbook("llmslotargetdown"),
-                "dashboard_url": rules.dashboard("all"),
-            },
-        }
-    )
+        up = f'up{{job="{rules.vllm_job}",business_type="{bt.name}"}}'
+        add(
+            bt.name,
+            "LLMSLONoHealthyTarget",
+            f"sum({up}) == 0",
+            t.target_down_for_seconds,
+            "page",
+            f"{bt.name}: no vLLM server of this business type answers",
+            f"Every {bt.name} server has failed its /metrics scrape for {_w(t.target_down_for_seconds)}: "
+            "clients get connection errors that no vLLM counter sees.",
+        )
+    window = _w(t.restart_window_seconds)
+    job = f'job="{rules.vllm_job}"'
+    down: Rule = {
+        "alert": "LLMSLOTargetDown",
+        "expr": f"up{{{job}}} == 0",
+        "for": _w(t.target_down_for_seconds),
+        "labels": {"severity": "ticket"},
+        "annotations": {
+            "summary": "a vLLM server does not answer its /metrics scrape",
+            "description": "{{ $labels.instance }} has been down for "
+            f"{_w(t.target_down_for_seconds)}. Clients of a dead server get connection errors that "
+            "vLLM's own error counters never see (LLMSLONoHealthyTarget pages when a business type has "
+            "no server left).",
+            "runbook_url": rules.runbook("llmslotargetdown"),
+            "dashboard_url": rules.dashboard("all"),
+        },
+    }
+    restarted: Rule = {
+        "alert": "LLMSLOTargetRestarted",
+        # process_start_time_seconds changes on a restart; multiprocess vLLM has no process
+        # series, so a reset of its prompt-token counter shows it there
+        "expr": f"max by (job, instance, business_type) (changes(process_start_time_seconds{{{job}}}[{window}]) > 0"
+        f" or resets(vllm:prompt_tokens_total{{{job}}}[{window}]) > 0)",
+        "labels": {"severity": "ticket"},
+        "annotations": {
+            "summary": "a vLLM server restarted",
+            "description": "{{ $labels.instance }} restarted within the last "
+            f"{window}: requests in flight failed, and its caches start cold. Resolves {window} after "
+            "the restart; several in a row mean a crash loop.",
+            "runbook_url": rules.runbook("llmslotargetrestarted"),
+            "dashboard_url": rules.dashboard("all"),
+        },
+    }
+    out.extend([down, restarted])
     return out
 
 

@@ -74,7 +74,7 @@ def alert_for(rules: SloRules, st: SloStatus, ps: PairState) -> tuple[str, dict[
         "alertname": o.alert_name,
         "severity": ps.pair.severity,
         "business_type": o.business_type,
-        "model": bt.model_regex,
+        **({"model": bt.model_regex} if bt.model_patterns else {}),
         "slo": o.slo,
         "long_window": long_w,
         "short_window": short_w,
@@ -126,10 +126,16 @@ class AlertBook:
                 )
 
     def apply(
-        self, rules: SloRules, statuses: list[SloStatus], now: float, for_seconds: float = 0.0
+        self,
+        rules: SloRules,
+        statuses: list[SloStatus],
+        now: float,
+        for_seconds: float = 0.0,
+        incidents: dict[str, tuple[dict[str, str], dict[str, str]]] | None = None,
     ) -> list[AlertInstance]:
-        """Advance every instance to what the statuses say; persist; return the changed ones."""
-        wanted: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
+        """Advance every instance to what the statuses (and the incident alerts, collector/slo/
+        incidents.py) say; persist; return the changed ones."""
+        wanted: dict[str, tuple[dict[str, str], dict[str, str]]] = dict(incidents or {})
         for st in statuses:
             for ps in st.pairs:
                 if ps.firing:

@@ -38,7 +38,11 @@ class ObjectiveIn(_Strict):
 
 
 class BusinessTypeIn(_Strict):
-    models: list[str] = Field(min_length=1, description="regular expressions on vLLM's model_name (full match)")
+    models: list[str] = Field(
+        default_factory=list,
+        description="regular expressions on vLLM's model_name (full match); the fallback for series "
+        "whose target names no business type",
+    )
     objectives: list[ObjectiveIn] = Field(min_length=1)
 
     @field_validator("models")
@@ -56,7 +60,15 @@ class ThresholdsIn(_Strict):
     kv_cache_usage: float | None = Field(0.95, gt=0, le=1)
     kv_cache_for: Duration = 300.0
     error_ratio: float | None = Field(0.01, gt=0, lt=1)
-    target_down_for: Duration = 120.0
+    target_down_for: Duration = 60.0  # ticket per target; page when a business type has none up
+    restart_window: Duration = 600.0  # a restart ticket stays open this long after the restart
+    # prefix-cache collapse: the hit ratio over `prefix_cache_window` falls below
+    # `prefix_cache_drop` x its own level over the `prefix_cache_reference` before it
+    prefix_cache_drop: float | None = Field(0.5, gt=0, lt=1)
+    prefix_cache_window: Duration = 300.0
+    prefix_cache_reference: Duration = 3600.0
+    prefix_cache_min_ratio: float = Field(0.1, ge=0, lt=1, description="reference level below which no alert")
+    prefix_cache_min_queries: float = Field(1000.0, ge=0, description="queried tokens in the window, at least")
 
 
 class AlertmanagerIn(_Strict):
@@ -132,6 +144,12 @@ class Thresholds:
     kv_cache_for_seconds: float
     error_ratio: float | None
     target_down_for_seconds: float
+    restart_window_seconds: float = 600.0
+    prefix_cache_drop: float | None = 0.5
+    prefix_cache_window_seconds: float = 300.0
+    prefix_cache_reference_seconds: float = 3600.0
+    prefix_cache_min_ratio: float = 0.1
+    prefix_cache_min_queries: float = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +283,12 @@ def _resolve(spec: RulesIn, business: tuple[BusinessType, ...]) -> SloRules:
             t.kv_cache_for,
             t.error_ratio,
             t.target_down_for,
+            t.restart_window,
+            t.prefix_cache_drop,
+            t.prefix_cache_window,
+            t.prefix_cache_reference,
+            t.prefix_cache_min_ratio,
+            t.prefix_cache_min_queries,
         ),
         pairs=tuple(p.scaled(spec.window_scale) for p in WORKBOOK),
         alertmanager_url=spec.alertmanager.url,

@@ -10,17 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import httpx
 
 from collector import conventions as conv
 from collector.config import Settings, TargetConfig
-from collector.rollup import DeltaTracker, SeriesIdent
+from collector.rollup import Cell, DeltaTracker, SeriesIdent
 from collector.sources.expfmt import ExpositionError
-from collector.sources.vllm import EngineSnapshot, SlotCache, new_cache, read_scrape
+from collector.sources.vllm import EngineSnapshot, SeriesKey, SlotCache, new_cache, read_scrape
 from collector.store.repository import Store
 
 log = logging.getLogger(__name__)
@@ -56,8 +57,17 @@ class TargetStatus:
     last_restart_unix: float | None = None  # when the restarted process started (else: when seen)
     process_start_unix: float | None = None
     consecutive_failures: int = 0
+    down_since_unix: float | None = None  # the first failed scrape of the current outage
     next_allowed_unix: float = 0.0
     models: tuple[str, ...] = ()
+
+
+class RecentScrape(NamedTuple):
+    """One committed scrape's deltas, kept in memory for the sliding short windows."""
+
+    unix: float
+    cells: dict[SeriesIdent, Cell]
+    units: dict[SeriesKey, str]
 
 
 class TargetScraper:
@@ -79,6 +89,7 @@ class TargetScraper:
         self.tracker = DeltaTracker()
         self.series_ids: dict[SeriesIdent, int] = {}
         self.target_id: int | None = None
+        self.recent: deque[RecentScrape] = deque()  # newest last, back to settings.sliding_horizon
 
     @property
     def interval(self) -> float:
@@ -215,6 +226,7 @@ class TargetScraper:
         except Exception as exc:
             raise ScrapeError(conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}") from exc
         self.tracker.commit(deltas, now)
+        self._remember(RecentScrape(now, deltas.cells, snapshot.units))
         status = self.status
         status.counter_resets_total += deltas.resets
         status.process_start_unix = deltas.process_start_unix
@@ -223,6 +235,16 @@ class TargetScraper:
             status.last_restart_unix = deltas.process_start_unix or now
             log.info("target %s restarted (%d series reset)", self.target.name, deltas.resets)
 
+    def _remember(self, scrape: RecentScrape) -> None:
+        recent = self.recent
+        if recent and scrape.unix < recent[-1].unix:
+            recent.clear()  # the clock went back (a test's virtual clock): start afresh
+        recent.append(scrape)
+        # keep one scrape more than the horizon: its delta covers the horizon's start
+        horizon = scrape.unix - self.settings.sliding_horizon - self.interval
+        while len(recent) > 1 and recent[1].unix < horizon:
+            recent.popleft()
+
     def _fail(self, reason: str, message: str, now: float, started: float) -> None:
         status = self.status
         status.up = False
@@ -230,6 +252,8 @@ class TargetScraper:
         status.last_error_reason = reason
         status.errors_total[reason] += 1
         status.consecutive_failures += 1
+        if status.down_since_unix is None:
+            status.down_since_unix = now
         status.last_scrape_unix = now
         status.last_duration_seconds = time.perf_counter() - started
         # Exponential backoff: the first failure retries on the next tick, then 1, 3, 7... intervals.

@@ -194,3 +194,89 @@ def test_rates_after_a_restart_cover_only_the_time_since_the_new_process_started
     assert scraper.status.counter_resets_total > 1  # every series reset; still one restart
     assert scraper.ingest(body(2, t0 + 105), None, t0 + 135)
     assert scraper.status.restarts_total == 1
+
+
+def test_the_evaluator_tickets_a_restart_and_a_target_down_and_pages_when_none_is_up(tmp_path: Path) -> None:
+    s = settings(
+        tmp_path,
+        [
+            {"name": "a", "url": "http://127.0.0.1:9/metrics", "business_type": "chat"},
+            {"name": "b", "url": "http://127.0.0.1:9/metrics", "business_type": "chat"},
+        ],
+    )
+    rt = Runtime(s)
+    t0 = 1_800_000_000.0
+    for name in ("a", "b"):
+        assert rt.scrapers[name].ingest(body(5, t0 - 3600), None, t0)
+
+    def active(now: float) -> list[tuple[str, str, str]]:
+        """The incident alerts (the fixture workload's aborts also burn the chat error budget)."""
+        rt.evaluate_slos(now)
+        return sorted(
+            (i.labels["alertname"], i.labels["severity"], i.labels.get("target", i.labels.get("business_type", "")))
+            for i in rt.alerts.active()
+            if not i.labels["alertname"].endswith("BudgetBurn")
+        )
+
+    assert active(t0 + 1) == []  # healthy: nothing
+    down = ScrapeError(conv.REASON_CONNECT, "connection refused")
+    assert not rt.scrapers["a"].ingest(None, None, t0 + 15, down)
+    assert active(t0 + 30) == []  # down for 15 s: not yet
+    assert not rt.scrapers["a"].ingest(None, None, t0 + 80, down)
+    assert active(t0 + 80) == [("LLMSLOTargetDown", "ticket", "a")]
+    assert not rt.scrapers["b"].ingest(None, None, t0 + 80, down)
+    assert not rt.scrapers["b"].ingest(None, None, t0 + 150, down)
+    assert active(t0 + 150) == [
+        ("LLMSLONoHealthyTarget", "page", "chat"),
+        ("LLMSLOTargetDown", "ticket", "a"),
+        ("LLMSLOTargetDown", "ticket", "b"),
+    ]
+    # a comes back as a new process: the page and its down ticket resolve, a restart ticket opens
+    assert rt.scrapers["a"].ingest(body(1, t0 + 140), None, t0 + 160)
+    assert active(t0 + 160) == [("LLMSLOTargetDown", "ticket", "b"), ("LLMSLOTargetRestarted", "ticket", "a")]
+    assert rt.scrapers["b"].ingest(body(6, t0 - 3600), None, t0 + 170)
+    assert active(t0 + 170 + rt.rules.thresholds.restart_window_seconds) == []  # type: ignore[union-attr]
+
+
+def cache_body(queries: float, hits: float, requests: float) -> bytes:
+    return (
+        "# TYPE vllm:prefix_cache_queries counter\n"
+        f'vllm:prefix_cache_queries_total{{engine="0",model_name="m"}} {queries}\n'
+        "# TYPE vllm:prefix_cache_hits counter\n"
+        f'vllm:prefix_cache_hits_total{{engine="0",model_name="m"}} {hits}\n'
+        "# TYPE vllm:request_success counter\n"
+        f'vllm:request_success_total{{engine="0",finished_reason="stop",model_name="m"}} {requests}\n'
+    ).encode()
+
+
+def test_short_windows_slide_over_the_last_scrapes_and_are_never_empty_between_minutes(tmp_path: Path) -> None:
+    """1 s scrapes; 100 queried tokens/s, half of them hits until 115 s, none after (a collapse)."""
+    s = settings(tmp_path, [{"name": "t", "url": "http://127.0.0.1:9/metrics", "business_type": "chat"}])
+    rt = Runtime(s)
+    scraper = rt.scrapers["t"]
+    t0 = 1_800_000_000.0 - 1_800_000_000.0 % MINUTE_SECONDS  # a minute boundary
+    queries = hits = requests = 0.0
+
+    def one_minute(now: float) -> tuple[float | None, float | None, float | None]:
+        st = rt.report(60.0, now).business_types[0].stats
+        return st.prefix_cache_hit_ratio, st.requests_per_second, st.observed_seconds
+
+    for second in range(10, 200):
+        queries += 100
+        hits += 50 if second <= 115 else 0
+        requests += 2
+        assert scraper.ingest(cache_body(queries, hits, requests), None, t0 + second)
+        if second == 150:
+            # the last 60 s: 25 s at 0.5 and 35 s at 0 (the minute rollup [120, 180) would say 0)
+            ratio, rps, observed = one_minute(t0 + second)
+            assert ratio == pytest.approx(25 * 50 / (60 * 100), abs=0.01)
+            assert rps == pytest.approx(2.0) and observed == pytest.approx(60.0)
+        if second == 181:  # one second into a new minute: still the last 60 s, never empty
+            ratio, rps, observed = one_minute(t0 + second)
+            assert ratio == 0.0
+            assert rps == pytest.approx(2.0) and observed == pytest.approx(60.0)
+    # windows over the horizon come from the minute rollups
+    five = rt.report(300.0, t0 + 199).business_types[0].stats
+    assert five.prefix_cache_queries == pytest.approx(queries - 100)  # the first scrape is a baseline
+    # memory stays bounded by the horizon
+    assert len(scraper.recent) <= s.sliding_horizon + 2

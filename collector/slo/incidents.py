@@ -1,0 +1,146 @@
+"""Incident alerts of llmslo's own evaluator, beside the burn-rate ones: a target down (ticket),
+a business type with no healthy target (page), a server restart (ticket) and a prefix-cache
+collapse (ticket). The same conditions as the generated Prometheus rules (collector/generate/
+rules.py), evaluated on the scrapers' state and the rollups the SLO evaluation already read.
+
+Pure functions of their inputs and an explicit `now`; each returns the alert instances that
+should be active, as (fingerprint, labels, annotations), for `AlertBook.apply`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from collector.rollup import MINUTE_SECONDS, Row, period_start
+from collector.slo.spec import SloRules
+from collector.sources.vllm import Kind
+
+Wanted = dict[str, tuple[dict[str, str], dict[str, str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class TargetHealth:
+    """What the incident alerts need to know about one scrape target."""
+
+    name: str
+    business_types: frozenset[str]
+    up: bool | None  # None before its first scrape
+    down_since_unix: float | None
+    last_restart_unix: float | None
+
+
+def _instance(rules: SloRules, alertname: str, labels: dict[str, str], annotations: dict[str, str]) -> Wanted:
+    labels = {"alertname": alertname, "source": "llmslo", **labels}
+    annotations = {
+        **annotations,
+        "runbook_url": rules.runbook(alertname.lower()),
+        "dashboard_url": rules.dashboard(labels.get("business_type", "all")),
+    }
+    return {json.dumps(sorted(labels.items())): (labels, annotations)}
+
+
+def target_alerts(rules: SloRules, targets: Iterable[TargetHealth], now: float) -> Wanted:
+    t = rules.thresholds
+    out: Wanted = {}
+    members: dict[str, list[TargetHealth]] = defaultdict(list)
+    for target in targets:
+        for business_type in target.business_types:
+            members[business_type].append(target)
+        down_for = now - target.down_since_unix if target.down_since_unix is not None else 0.0
+        if target.up is False and down_for >= t.target_down_for_seconds:
+            out |= _instance(
+                rules,
+                "LLMSLOTargetDown",
+                {"severity": "ticket", "target": target.name},
+                {
+                    "summary": f"vLLM target {target.name} does not answer its /metrics scrape",
+                    "description": f"{target.name} has been down for {down_for:.0f} s. Clients of a dead "
+                    "server get connection errors that vLLM's own error counters never see.",
+                },
+            )
+        if target.last_restart_unix is not None and 0 <= now - target.last_restart_unix < t.restart_window_seconds:
+            out |= _instance(
+                rules,
+                "LLMSLOTargetRestarted",
+                {"severity": "ticket", "target": target.name},
+                {
+                    "summary": f"vLLM target {target.name} restarted",
+                    "description": f"{target.name}'s server process started {now - target.last_restart_unix:.0f} s "
+                    "ago after a restart: requests in flight failed and its caches start cold. Resolves "
+                    f"{t.restart_window_seconds:.0f} s after the restart.",
+                },
+            )
+    for bt in rules.business_types:
+        mine = members.get(bt.name, [])
+        if not mine or any(m.up is not False for m in mine):
+            continue
+        since = max(m.down_since_unix or now for m in mine)
+        if now - since >= t.target_down_for_seconds:
+            out |= _instance(
+                rules,
+                "LLMSLONoHealthyTarget",
+                {"severity": "page", "business_type": bt.name},
+                {
+                    "summary": f"{bt.name}: no vLLM server of this business type answers",
+                    "description": f"All {len(mine)} {bt.name} target(s) have failed their scrapes for "
+                    f"{now - since:.0f} s: {', '.join(sorted(m.name for m in mine))}.",
+                },
+            )
+    return out
+
+
+def _hits_and_queries(rows: Iterable[Row], start: int, end: int) -> tuple[float, float]:
+    hits = queries = 0.0
+    for r in rows:
+        if not (start <= r.start_unix and r.start_unix + r.period_seconds <= end):
+            continue
+        if r.cell.ident.kind is not Kind.COUNTER:
+            continue
+        metric = r.cell.ident.key.metric
+        if metric == "prefix_cache_hits":
+            hits += r.cell.cell.value
+        elif metric == "prefix_cache_queries":
+            queries += r.cell.cell.value
+    return hits, queries
+
+
+def cache_alerts(
+    rules: SloRules, rows: Sequence[Row], now: float, business_type_of: Callable[[str, str], str | None]
+) -> Wanted:
+    """Prefix-cache hit ratio over the last window below `prefix_cache_drop` x its own level over
+    the reference window before it, with enough queries, and a reference level worth keeping."""
+    t = rules.thresholds
+    if t.prefix_cache_drop is None:
+        return {}
+    end = period_start(now) + MINUTE_SECONDS
+    window_start = end - int(t.prefix_cache_window_seconds)
+    reference_start = window_start - int(t.prefix_cache_reference_seconds)
+    by_type: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        bt = business_type_of(r.cell.target, r.cell.ident.key.model)
+        if bt is not None and r.start_unix >= reference_start:
+            by_type[bt].append(r)
+    out: Wanted = {}
+    for bt, mine in by_type.items():
+        hits, queries = _hits_and_queries(mine, window_start, end)
+        ref_hits, ref_queries = _hits_and_queries(mine, reference_start, window_start)
+        if queries < t.prefix_cache_min_queries or ref_queries <= 0:
+            continue
+        ratio, reference = hits / queries, ref_hits / ref_queries
+        if reference > t.prefix_cache_min_ratio and ratio < t.prefix_cache_drop * reference:
+            out |= _instance(
+                rules,
+                "LLMSLOPrefixCacheCollapse",
+                {"severity": "ticket", "business_type": bt},
+                {
+                    "summary": f"{bt}: prefix-cache hit ratio collapsed",
+                    "description": f"The prefix-cache hit ratio is {ratio:.2f} over the last "
+                    f"{t.prefix_cache_window_seconds:.0f} s against {reference:.2f} over the "
+                    f"{t.prefix_cache_reference_seconds:.0f} s before ({queries:.0f} queried tokens): prompts "
+                    "stopped sharing prefixes or the cache is being evicted. Expect TTFT and prefill cost up.",
+                },
+            )
+    return out
