@@ -57,6 +57,18 @@ SCRAPE_ERROR_REASONS: Final = (
     REASON_STORE,
 )
 
+# Every interpolated quantile is published with the bucket it fell in:
+# llmslo_serving_ttft_seconds{quantile="0.95"} 2.2 beside
+# llmslo_serving_ttft_bucket_lower_seconds{...} 1 and llmslo_serving_ttft_bucket_upper_seconds{...} 2.5
+BOUND_LOWER: Final = "bucket_lower"
+BOUND_UPPER: Final = "bucket_upper"
+
+
+def bound_name(suffix: str, which: str) -> str:
+    """`ttft_seconds` -> `ttft_bucket_lower_seconds`."""
+    return suffix.removesuffix("_seconds") + f"_{which}_seconds"
+
+
 # --- derived serving metrics ------------------------------------------------------------------
 # Two scopes: per (target, model) under `llmslo_serving_`, per business type under
 # `llmslo_business_`. They are distinct names so that a PromQL sum() never mixes the two.

@@ -21,6 +21,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from collector.analytics.percentiles import QuantileEstimate
 from collector.analytics.serving import ServingReport, ServingStats
 from collector.api.app import create_app
 from collector.api.embedded import EmbeddedServer
@@ -49,17 +50,32 @@ class DemoResult:
     slos: list[SloStatus]
 
 
-def _p95(stats: ServingStats, metric: str) -> float | None:
+def _p95(stats: ServingStats, metric: str) -> QuantileEstimate | None:
     lat = stats.latencies.get(metric)
     if lat is None:
         return None
-    return next((q.value for q in lat.quantiles if q.quantile == 0.95), None)
+    return next((q for q in lat.quantiles if q.quantile == 0.95), None)
 
 
-def _cell(value: float | None, objective: float | None, unit: str = "s") -> Text:
-    if value is None:
+def _seconds(x: float) -> str:
+    return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def _estimate(q: QuantileEstimate) -> str:
+    """An interpolated p95 with the bucket it fell in: '~24 ms (10-25)', '<= 10 ms', '>= 60 s'."""
+    if q.below_first_bound:
+        return f"<= {_seconds(q.upper_bound)}"
+    if q.above_top_bound:
+        return f">= {_seconds(q.lower_bound)}"
+    scale, unit = (1000, "") if q.upper_bound < 1 else (1, " s")
+    return f"~{_seconds(q.value)} ({q.lower_bound * scale:g}-{q.upper_bound * scale:g}{unit})"
+
+
+def _cell(q: QuantileEstimate | None, objective: float | None) -> Text:
+    if q is None:
         return Text("no data", style="dim")
-    text = f"{value * 1000:.0f} ms" if unit == "s" and value < 1 else f"{value:.2f} {unit}"
+    value = q.value
+    text = _estimate(q)
     if objective is None:
         return Text(text)
     ok = value <= objective
@@ -101,7 +117,9 @@ def render_view(
         )
     else:
         state = Text("healthy (no incident left in the scenario)", style="green")
-    table = Table(title="per business type, last minute (p95 / objective); SLO = burn-rate alerts")
+    table = Table(
+        title="per business type, last minute: p95 ~interpolated (vLLM bucket) / objective; SLO = burn-rate alerts"
+    )
     for col in ("business type", "req/s", "TTFT p95", "TPOT p95", "cache hit", "waiting", "p95s", "SLO"):
         table.add_column(col)
     if report is not None:
@@ -109,8 +127,8 @@ def render_view(
             s = b.stats
             obj = OBJECTIVES.get(b.business_type, {})
             ttft, tpot = _p95(s, "ttft"), _p95(s, "tpot")
-            breach = (ttft is not None and "ttft" in obj and ttft > obj["ttft"]) or (
-                tpot is not None and "tpot" in obj and tpot > obj["tpot"]
+            breach = (ttft is not None and "ttft" in obj and ttft.value > obj["ttft"]) or (
+                tpot is not None and "tpot" in obj and tpot.value > obj["tpot"]
             )
             table.add_row(
                 b.business_type,

@@ -18,6 +18,16 @@ class QuantileEstimate:
     lower_bound: float
     upper_bound: float  # math.inf when the rank fell into the +Inf bucket
     above_top_bound: bool  # value is the highest finite bound; the true quantile is >= it
+    below_first_bound: bool = False  # value is the first bound; the true quantile is <= it
+
+    @property
+    def text(self) -> str:
+        """How a person should read it: '<= 0.3', '>= 60', or '2.2 (1-2.5)' (seconds or tokens)."""
+        if self.below_first_bound:
+            return f"<= {self.upper_bound:g}"
+        if self.above_top_bound:
+            return f">= {self.lower_bound:g}"
+        return f"{self.value:.3g} ({self.lower_bound:g}-{self.upper_bound:g})"
 
 
 def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> QuantileEstimate | None:
@@ -44,8 +54,9 @@ def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[f
         return QuantileEstimate(q, top, top, math.inf, True)
     upper = bounds[index]
     if index == 0:
-        lower = 0.0 if upper > 0 else upper
-        below = 0.0
+        # Interpolating from 0 in the first bucket invents a value (a queue time of 20 us in
+        # vLLM's (0, 0.3] bucket would read 0.15 s): all that is known is "at most the bound".
+        return QuantileEstimate(q, upper, 0.0 if upper > 0 else upper, upper, False, below_first_bound=True)
     else:
         lower = bounds[index - 1]
         below = cumulative[index - 1]

@@ -284,16 +284,29 @@ def _emit(fam: FamilyFactory, scope: str, labels: list[str], s: ServingStats) ->
                 [conv.quantile_label(q.quantile)],
             )
     for metric, lat in s.latencies.items():
-        doc = f"{metric} quantile over the window by histogram interpolation" + (
-            f" (estimated from {lat.source})" if lat.estimated else ""
+        doc = (
+            f"{metric} quantile over the window by histogram interpolation, somewhere between the "
+            f"{conv.BOUND_LOWER} and {conv.BOUND_UPPER} series of the same labels"
+            + (f" (estimated from {lat.source})" if lat.estimated else "")
         )
+        suffix = conv.LATENCY_SUFFIX[metric]
         for q in lat.quantiles:
+            q_values = [conv.quantile_label(q.quantile), "true" if lat.estimated else "false"]
+            extra = [conv.LABEL_QUANTILE, conv.LABEL_ESTIMATED]
+            put(suffix, doc, q.value, extra, q_values)
             put(
-                conv.LATENCY_SUFFIX[metric],
-                doc,
-                q.value,
-                [conv.LABEL_QUANTILE, conv.LABEL_ESTIMATED],
-                [conv.quantile_label(q.quantile), "true" if lat.estimated else "false"],
+                conv.bound_name(suffix, conv.BOUND_LOWER),
+                "Lower bound of the bucket the quantile fell in.",
+                q.lower_bound,
+                extra,
+                q_values,
+            )
+            put(
+                conv.bound_name(suffix, conv.BOUND_UPPER),
+                "Upper bound of the bucket the quantile fell in (+Inf above the top bound).",
+                q.upper_bound,
+                extra,
+                q_values,
             )
 
 

@@ -22,11 +22,16 @@ from collector.traces.summary import RequestSummary
 
 
 class Quantile(BaseModel):
+    """A quantile interpolated inside a histogram bucket: only the bounds are measured."""
+
     quantile: float
     value_seconds: float
     lower_bound_seconds: float
     upper_bound_seconds: float | None  # null = +Inf
-    above_top_bound: bool
+    above_top_bound: bool  # the true quantile is at least value_seconds (the top finite bound)
+    below_first_bound: bool  # the true quantile is at most value_seconds (the first bound)
+    estimated: bool = True  # interpolated inside [lower, upper], not measured
+    text: str  # "<= 0.3", ">= 60", "2.2 (1-2.5)"
 
 
 class Latency(BaseModel):
@@ -129,6 +134,8 @@ def quantile_out(q: QuantileEstimate) -> Quantile:
         lower_bound_seconds=q.lower_bound,
         upper_bound_seconds=None if math.isinf(q.upper_bound) else q.upper_bound,
         above_top_bound=q.above_top_bound,
+        below_first_bound=q.below_first_bound,
+        text=q.text,
     )
 
 
@@ -341,8 +348,9 @@ class EngineBreakdown(BaseModel):
     """The engine's view of the same model and window (from the scraped vLLM histograms)."""
 
     model: str
-    p50_seconds: dict[str, float]
+    p50_seconds: dict[str, float]  # interpolated: see `quantiles` for the bucket bounds
     p95_seconds: dict[str, float]
+    quantiles: dict[str, list[Quantile]]  # per metric: p50 and p95 with their bucket bounds
 
 
 class RequestSummaryResponse(BaseModel):
@@ -403,6 +411,7 @@ def engine_breakdown(report: ServingReport) -> list[EngineBreakdown]:
     for g in report.groups:
         p50: dict[str, float] = {}
         p95: dict[str, float] = {}
+        bounded: dict[str, list[Quantile]] = {}
         for metric in ("ttft", "queue", "prefill", "decode", "tpot", "e2e"):
             lat = g.stats.latencies.get(metric)
             if lat is None:
@@ -412,5 +421,8 @@ def engine_breakdown(report: ServingReport) -> list[EngineBreakdown]:
                     p50[metric] = q.value
                 elif q.quantile == 0.95:
                     p95[metric] = q.value
-        out.append(EngineBreakdown(model=g.model, p50_seconds=p50, p95_seconds=p95))
+                else:
+                    continue
+                bounded.setdefault(metric, []).append(quantile_out(q))
+        out.append(EngineBreakdown(model=g.model, p50_seconds=p50, p95_seconds=p95, quantiles=bounded))
     return out

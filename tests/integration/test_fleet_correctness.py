@@ -280,3 +280,29 @@ def test_short_windows_slide_over_the_last_scrapes_and_are_never_empty_between_m
     assert five.prefix_cache_queries == pytest.approx(queries - 100)  # the first scrape is a baseline
     # memory stays bounded by the horizon
     assert len(scraper.recent) <= s.sliding_horizon + 2
+
+
+def test_every_served_percentile_carries_its_bucket_bounds(tmp_path: Path) -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from collector.api.metrics import build_registry
+
+    s = settings(tmp_path, [{"name": "t", "url": "http://127.0.0.1:9/metrics", "business_type": "chat"}])
+    rt = Runtime(s)
+    now = time.time()
+    assert rt.scrapers["t"].ingest(body(1, now - 3600), None, now - 10)
+    assert rt.scrapers["t"].ingest(body(3, now - 3600), None, now)
+    rt.refresh_snapshot(now)
+    text = generate_latest(build_registry(rt)).decode()
+    samples = {
+        (s.name, s.labels.get("quantile"), s.labels.get("window")): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.labels.get("target") == "t"
+    }
+    for q in ("0.5", "0.95", "0.99"):
+        value = samples[("llmslo_serving_ttft_seconds", q, "1m")]
+        lower = samples[("llmslo_serving_ttft_bucket_lower_seconds", q, "1m")]
+        upper = samples[("llmslo_serving_ttft_bucket_upper_seconds", q, "1m")]
+        assert lower <= value <= upper and lower < upper

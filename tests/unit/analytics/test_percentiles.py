@@ -36,9 +36,15 @@ def test_rank_in_the_inf_bucket_reports_the_top_bound_and_says_so() -> None:
     assert est.value == 60.0 and est.above_top_bound and math.isinf(est.upper_bound)
 
 
-def test_first_bucket_interpolates_from_zero() -> None:
-    est = histogram_quantile(0.5, [0.1, 1.0], [4, 4, 4])
-    assert est is not None and est.value == pytest.approx(0.05) and est.lower_bound == 0.0
+def test_a_rank_in_the_first_bucket_reports_at_most_the_first_bound_and_says_so() -> None:
+    # vLLM's queue time: every request in (0, 0.3]; the truth may be 20 us, so no 0.15 s is invented
+    est = histogram_quantile(0.5, [0.3, 1.0], [4, 4, 4])
+    assert est is not None and est.value == 0.3 and est.below_first_bound and est.lower_bound == 0.0
+    assert est.text == "<= 0.3"
+    high = histogram_quantile(0.99, [0.3, 60.0], [0, 50, 100])
+    assert high is not None and high.text == ">= 60"
+    inside = histogram_quantile(0.95, BOUNDS, CUM)
+    assert inside is not None and inside.text == "2.5 (1-2.5)" and not inside.below_first_bound
 
 
 def test_empty_histogram_is_no_data() -> None:
