@@ -74,6 +74,9 @@ class TargetConfig(_Strict):
     business_type: str | None = None
     models: dict[str, str] = Field(default_factory=dict)
     default_model: str = "unknown"
+    # the OTel `service.name` this server's spans carry (OTEL_SERVICE_NAME): its spans are then
+    # attributed to this target (also by `service.instance.id` or `llmslo.target` = name)
+    service_name: str | None = None
 
     @field_validator("labels")
     @classmethod

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from collector.config import TargetConfig
 from collector.slo.spec import SloRules
+from collector.traces.normalize import Source
+from collector.traces.otlp import AttrValue
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,8 @@ class FleetMap:
         self.rules = rules
         self._placed: dict[tuple[str, str], Placement] = {}
         self._lock = threading.Lock()  # placements are memoised from worker threads too
+        self._by_service = {t.service_name: t.name for t in targets if t.service_name}
+        self._sources: dict[tuple[object, ...], str | None] = {}
 
     def place(self, target: str, model: str) -> Placement:
         key = (target, model)
@@ -80,6 +84,37 @@ class FleetMap:
 
     def business_type_of(self, target: str, model: str) -> str | None:
         return self.place(target, model).business_type
+
+    def target_of_resource(self, resource: Mapping[str, AttrValue]) -> str | None:
+        """The configured target a span's resource names: `llmslo.target`, `service.instance.id`
+        (= target name), or `service.name` (= a target's `service_name`, or its name)."""
+        key = (resource.get("llmslo.target"), resource.get("service.instance.id"), resource.get("service.name"))
+        if key in self._sources:
+            return self._sources[key]
+        explicit, instance, service = key
+        found = None
+        for candidate in (explicit, instance):
+            if isinstance(candidate, str) and candidate in self.targets:
+                found = candidate
+                break
+        if found is None and isinstance(service, str):
+            found = self._by_service.get(service) or (service if service in self.targets else None)
+        if len(self._sources) < 10_000:  # resources are few; a sender inventing them is not remembered
+            self._sources[key] = found
+        return found
+
+    def source_of(
+        self, resource: Mapping[str, AttrValue], models_seen: Callable[[str], Sequence[str]]
+    ) -> Source | None:
+        """What a span's source target adds to it: the model the target serves (its
+        `default_model`, or the one model its scrapes show) and the business-type mapping."""
+        target = self.target_of_resource(resource) if resource else None
+        if target is None:
+            return None
+        cfg = self.targets[target]
+        seen = models_seen(target)
+        model = cfg.default_model if cfg.default_model != "unknown" else (seen[0] if len(seen) == 1 else None)
+        return Source(target, model, lambda m: self.business_type_of(target, m))
 
     def unassigned(self, target: str | None = None) -> list[tuple[str, str]]:
         """(target, model) pairs seen that no view places."""

@@ -365,7 +365,8 @@ class RequestSummaryResponse(BaseModel):
     input_tokens: int
     cached_input_tokens: int
     output_tokens: int
-    cache_hit_ratio: float | None
+    cache_hit_ratio: float | None  # null: no source of these requests reports cached tokens
+    cache_reported_share: float | None  # share of input tokens whose source reports cached tokens
     goodput_ratio: float | None
     good_ratio: dict[str, float]
     latencies: dict[str, RequestLatency]
@@ -390,6 +391,7 @@ def summary_out(
         cached_input_tokens=s.cached_input_tokens,
         output_tokens=s.output_tokens,
         cache_hit_ratio=s.cache_hit_ratio,
+        cache_reported_share=s.cache_reported_share,
         goodput_ratio=s.goodput_ratio,
         good_ratio=s.good_ratio,
         latencies={

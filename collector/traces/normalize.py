@@ -9,7 +9,7 @@ the same attribute name means different clocks in different tools.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from collector.traces.otlp import AttrValue, SpanRecord
@@ -40,6 +40,10 @@ MODEL = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name", "mod
 TENANT = ("llmslo.tenant", "metadata.user_api_key_team_id", "metadata.user_api_key_alias", "tenant.id")
 BUSINESS_TYPE = ("llmslo.business_type",)
 MEASURED_AT = "llmslo.measured_at"
+# Resource attributes that name the server a span came from (the fleet map places it by them):
+# `llmslo.target` (set on vLLM with OTEL_RESOURCE_ATTRIBUTES=llmslo.target=NAME), the standard
+# service.instance.id, or service.name (OTEL_SERVICE_NAME) matched against a target's `service_name`.
+SOURCE_ATTRIBUTES = ("llmslo.target", "service.instance.id", "service.name")
 OPERATION = "gen_ai.operation.name"
 GATEWAY_MARKERS = ("llm.model_name", "gen_ai.original.model")
 USED_ATTRIBUTES = frozenset(
@@ -58,6 +62,7 @@ USED_ATTRIBUTES = frozenset(
         *GATEWAY_MARKERS,
         MEASURED_AT,
         OPERATION,
+        *SOURCE_ATTRIBUTES,
     }
 )
 
@@ -78,7 +83,7 @@ class RequestRecord:
     business_type: str
     tenant: str
     input_tokens: int
-    cached_input_tokens: int
+    cached_input_tokens: int | None  # None: the source does not report it (vLLM's own spans)
     output_tokens: int
     ttft_seconds: float | None
     tpot_seconds: float | None
@@ -157,8 +162,26 @@ def is_llm_span(span: SpanRecord) -> bool:
     )
 
 
-def normalize(span: SpanRecord, rules: Sequence[Rule] = (), default_business_type: str = "unassigned") -> RequestRecord:
-    """Raises Rejected with the reason for an unusable span."""
+@dataclass(frozen=True, slots=True)
+class Source:
+    """The configured target a span's resource names (collector/fleetmap.py): what the span
+    itself does not say (vLLM 0.32's llm_request carries no model) comes from there."""
+
+    target: str
+    model: str | None
+    business_type_of: Callable[[str], str | None]  # model -> business type, the fleet map's answer
+
+
+def normalize(
+    span: SpanRecord,
+    rules: Sequence[Rule] = (),
+    default_business_type: str = "unassigned",
+    source: Source | None = None,
+) -> RequestRecord:
+    """Raises Rejected with the reason for an unusable span.
+
+    Business type: the span's `llmslo.business_type`, else its source target's (the fleet map),
+    else `default_business_type`; classification rules that match override it."""
     a = {**span.resource, **span.attributes} if span.resource else span.attributes
     start, end = span.start_time_unix_nano, span.end_time_unix_nano
     if start <= 0 or end <= 0:
@@ -187,9 +210,10 @@ def normalize(span: SpanRecord, rules: Sequence[Rule] = (), default_business_typ
     tpot = (e2e - ttft) / (out - 1) if ttft is not None and out > 1 and e2e >= ttft else None
     error_type = _str(a, ERROR_TYPE) or ("error" if span.status_error else "")
     finish = _str(a, FINISH) or ("error" if error_type else "unknown")
-    model = _str(a, MODEL) or "unknown"
+    model = _str(a, MODEL) or (source.model if source is not None else None) or "unknown"
     tenant = _str(a, TENANT) or "unknown"
-    business = _str(a, BUSINESS_TYPE) or default_business_type
+    business = _str(a, BUSINESS_TYPE) or (source.business_type_of(model) if source is not None else None)
+    business = business or default_business_type
     for rule in rules:
         if rule.matches(a, model):
             business = rule.business_type or business
@@ -204,7 +228,7 @@ def normalize(span: SpanRecord, rules: Sequence[Rule] = (), default_business_typ
         business,
         tenant,
         int(_num(a, INPUT_TOKENS) or 0),
-        int(_num(a, CACHED_TOKENS) or 0),
+        None if (cached := _num(a, CACHED_TOKENS)) is None else int(cached),
         out,
         ttft,
         tpot,

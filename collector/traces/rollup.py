@@ -48,6 +48,9 @@ class RequestCell:
     input_tokens: int = 0
     cached_input_tokens: int = 0
     output_tokens: int = 0
+    # input tokens of the requests whose source reports cached tokens: the hit ratio's denominator
+    # (vLLM's own spans report none: their ratio is "not reported", never 0)
+    cache_reported_input_tokens: int = 0
     good: dict[str, int] = field(default_factory=dict)  # slo -> requests under its threshold (and not failed)
     jointly_good: int = 0  # requests meeting every latency objective of their business type at once
     sketches: dict[str, Sketch] = field(default_factory=dict)
@@ -63,7 +66,7 @@ class RequestCell:
         e2e: list[float] = []
         queue: list[float] = []
         in_len, out_len = self.input_lengths, self.output_lengths
-        errors = input_tokens = cached = output_tokens = joint_good = 0
+        errors = input_tokens = cached = cache_reported = output_tokens = joint_good = 0
         for r in records:
             finish[r.finish_reason] = finish.get(r.finish_reason, 0) + 1
             failed = bool(r.error_type)
@@ -71,7 +74,9 @@ class RequestCell:
                 errors += 1
                 error_types[r.error_type] = error_types.get(r.error_type, 0) + 1
             input_tokens += r.input_tokens
-            cached += r.cached_input_tokens
+            if r.cached_input_tokens is not None:
+                cached += r.cached_input_tokens
+                cache_reported += r.input_tokens
             output_tokens += r.output_tokens
             if r.ttft_seconds is not None:
                 ttft.append(r.ttft_seconds)
@@ -96,6 +101,7 @@ class RequestCell:
         self.errors += errors
         self.input_tokens += input_tokens
         self.cached_input_tokens += cached
+        self.cache_reported_input_tokens += cache_reported
         self.output_tokens += output_tokens
         self.jointly_good += joint_good
         for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e), ("queue", queue)):
@@ -113,6 +119,7 @@ class RequestCell:
                 mine[k] = mine.get(k, 0) + v
         self.input_tokens += o.input_tokens
         self.cached_input_tokens += o.cached_input_tokens
+        self.cache_reported_input_tokens += o.cache_reported_input_tokens
         self.output_tokens += o.output_tokens
         self.jointly_good += o.jointly_good
         for name, sk in o.sketches.items():
@@ -128,6 +135,7 @@ class RequestCell:
             "error_types": self.error_types,
             "in": self.input_tokens,
             "cached": self.cached_input_tokens,
+            "cached_of": self.cache_reported_input_tokens,
             "out": self.output_tokens,
             "good": self.good,
             "joint": self.jointly_good,
@@ -139,18 +147,19 @@ class RequestCell:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RequestCell:
         return cls(
-            d["total"],
-            d["errors"],
-            dict(d["finish"]),
-            dict(d["error_types"]),
-            d["in"],
-            d["cached"],
-            d["out"],
-            dict(d["good"]),
-            d["joint"],
-            {k: Sketch.from_json(v) for k, v in d["sketches"].items()},
-            list(d["in_len"]),
-            list(d["out_len"]),
+            total=d["total"],
+            errors=d["errors"],
+            finish=dict(d["finish"]),
+            error_types=dict(d["error_types"]),
+            input_tokens=d["in"],
+            cached_input_tokens=d["cached"],
+            output_tokens=d["out"],
+            cache_reported_input_tokens=d.get("cached_of", d["in"]),  # earlier rows counted every request
+            good=dict(d["good"]),
+            jointly_good=d["joint"],
+            sketches={k: Sketch.from_json(v) for k, v in d["sketches"].items()},
+            input_lengths=list(d["in_len"]),
+            output_lengths=list(d["out_len"]),
         )
 
 

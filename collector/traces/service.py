@@ -113,12 +113,19 @@ class TraceIngest:
         except otlp.OtlpError as exc:
             return Outcome(exc.status, exc.message)
         records, reasons = [], Counter[str]()
+        fleet = self.runtime.fleet
+        scrapers = self.runtime.scrapers
+
+        def models_seen(target: str) -> tuple[str, ...]:
+            return scrapers[target].status.models if target in scrapers else ()
+
         for span in spans:
             if not is_llm_span(span):
                 self.spans["ignored"] += 1
                 continue
             try:
-                records.append(normalize(span, self.rules, self.cfg.default_business_type))
+                source = fleet.source_of(span.resource, models_seen) if span.resource else None
+                records.append(normalize(span, self.rules, self.cfg.default_business_type, source))
             except Rejected as exc:
                 reasons[str(exc)] += 1
         try:

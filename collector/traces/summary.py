@@ -27,7 +27,8 @@ class RequestSummary:
     input_tokens: int
     cached_input_tokens: int
     output_tokens: int
-    cache_hit_ratio: float | None  # cached input / input (a ratio of sums)
+    cache_hit_ratio: float | None  # cached input / input of the requests reporting it; None: not reported
+    cache_reported_share: float | None  # share of input tokens whose source reports cached tokens
     goodput_ratio: float | None  # requests meeting every latency objective of their type at once
     good_ratio: dict[str, float]  # per SLO
     latencies: dict[str, LatencySummary]
@@ -73,7 +74,10 @@ def summarize(
         input_tokens=merged.input_tokens,
         cached_input_tokens=merged.cached_input_tokens,
         output_tokens=merged.output_tokens,
-        cache_hit_ratio=merged.cached_input_tokens / merged.input_tokens if merged.input_tokens else None,
+        cache_hit_ratio=merged.cached_input_tokens / merged.cache_reported_input_tokens
+        if merged.cache_reported_input_tokens
+        else None,
+        cache_reported_share=merged.cache_reported_input_tokens / merged.input_tokens if merged.input_tokens else None,
         goodput_ratio=merged.jointly_good / n if n and merged.good else None,
         good_ratio={slo: g / n for slo, g in merged.good.items()} if n else {},
         latencies=latencies,
