@@ -171,9 +171,13 @@ def llmslo_totals(rt: Runtime) -> ServingStats:
 class Collector:
     """llmslo's runtime with one target, driven step by step on one event loop."""
 
-    def __init__(self, tmp_path: Path, server: VllmServer) -> None:
+    def __init__(self, tmp_path: Path, server: VllmServer, startup_lookback: float = 0.001) -> None:
+        """`startup_lookback`: by default the first scrape is a baseline however recently the
+        module's server started, so these tests compare deltas between two scrapes."""
         target = {"name": "vllm", "url": server.metrics_url, "timeout": 10, "business_type": "chat"}
-        settings = Settings.model_validate({"data_dir": str(tmp_path), "targets": [target]})
+        settings = Settings.model_validate(
+            {"data_dir": str(tmp_path), "targets": [target], "scrape": {"startup_lookback": startup_lookback}}
+        )
         self.loop = asyncio.new_event_loop()
         self.rt = Runtime(settings)
         self.loop.run_until_complete(self.rt.start())
@@ -269,6 +273,7 @@ def test_a_vllm_restart_mid_test_loses_no_request_and_gives_no_negative_delta(
         a[("vllm:generation_tokens_total", ())] + b[("vllm:generation_tokens_total", ())]
     )
     assert rt.scrapers["vllm"].status.counter_resets_total > 0
+    assert rt.scrapers["vllm"].status.restarts_total == 1  # one restart, however many series reset
     cells = rt.store.read_window(0, int(time.time()) + 120)
     assert all(sc.cell.value >= 0 and all(x >= 0 for x in sc.cell.buckets or []) for sc in cells)
     col.close()
