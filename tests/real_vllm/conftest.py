@@ -53,6 +53,20 @@ def tiny_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return out
 
 
+@pytest.fixture(scope="session")
+def slow_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A larger random Llama (6 layers, hidden 768: tens of ms per decode step on one CPU core),
+    so that a burst of requests queues in the engine, where vLLM's own histograms see it."""
+    out = tmp_path_factory.mktemp("slow-llama")
+    subprocess.run(
+        [str(vllm_python), str(Path(__file__).parent / "make_model.py"), str(out), "6", "12"],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return out
+
+
 @dataclass
 class VllmServer:
     python: Path
@@ -61,6 +75,8 @@ class VllmServer:
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
     otlp_endpoint: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. OTEL_SERVICE_NAME
+    max_num_seqs: int = 8
 
     @property
     def base(self) -> str:
@@ -80,6 +96,7 @@ class VllmServer:
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "VLLM_LOGGING_LEVEL": "WARNING",
+            **self.extra_env,
         }
         args = [
             str(self.python),
@@ -100,7 +117,7 @@ class VllmServer:
             "--enable-prefix-caching",
             "--enforce-eager",
             "--max-num-seqs",
-            "8",
+            str(self.max_num_seqs),
         ]
         if self.otlp_endpoint:
             args += ["--otlp-traces-endpoint", self.otlp_endpoint]

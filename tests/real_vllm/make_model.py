@@ -66,7 +66,7 @@ def corpus() -> list[str]:
     return lines
 
 
-def main(out: Path) -> None:
+def main(out: Path, layers: int = 2, heads: int = 2) -> None:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -88,11 +88,11 @@ def main(out: Path) -> None:
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(fast),
-        hidden_size=128,  # head_dim 64: vLLM's CPU attention rejects head_dim 16
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+        hidden_size=64 * heads,  # head_dim 64: vLLM's CPU attention rejects head_dim 16
+        intermediate_size=128 * heads * (4 if heads > 2 else 1),
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
         max_position_embeddings=1024,
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
@@ -105,4 +105,5 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    # optional: layers and attention heads (a larger, slower model for overload tests)
+    main(Path(sys.argv[1]), *(int(x) for x in sys.argv[2:4]))

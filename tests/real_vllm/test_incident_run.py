@@ -1,0 +1,217 @@
+"""An incident run on the real CPU vLLM, as a new user would meet it: a model name no rule lists,
+the business type set on the target only, llmslo started while the server cannot be scraped yet,
+healthy traffic, an overload, a prefix-cache collapse and a restart, with the shipped rules
+(shorter prefix-cache windows, so the run takes minutes) and vLLM's own spans sent to llmslo."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+import yaml
+
+from collector.api.app import create_app
+from collector.api.embedded import EmbeddedServer
+from collector.config import Settings
+from collector.runtime import Runtime
+from tests.real_vllm.conftest import SERVED_MODEL, VllmServer, free_port
+from tests.real_vllm.test_real_vllm import SHARED_PREFIX, raw, wait_idle
+
+pytestmark = pytest.mark.real_vllm
+ROOT = Path(__file__).resolve().parents[2]
+SERVICE = "vllm-incident"
+
+
+@contextmanager
+def gate(upstream: Callable[[], str]) -> Iterator[dict[str, Any]]:
+    """A loopback proxy for vLLM's /metrics that answers 503 until `state["open"]`: llmslo's
+    first scrapes fail while the server already serves traffic (a target in start-up trouble)."""
+    state: dict[str, Any] = {"open": False}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            try:
+                if not state["open"]:
+                    raise httpx.ConnectError("gate closed")
+                resp = httpx.get(upstream(), timeout=5)
+                body, status = resp.content, resp.status_code
+                ctype = resp.headers.get("content-type", "text/plain")
+            except httpx.HTTPError:
+                body, status, ctype = b"unavailable", 503, "text/plain"
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state["url"] = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def complete(base: str, prompt: str, max_tokens: int, stream: bool = False) -> None:
+    body = {"model": SERVED_MODEL, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "stream": stream}
+    with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=300) as r:
+        assert r.status_code == 200, r.read()
+        for _ in r.iter_bytes():
+            pass
+
+
+def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path, tmp_path: Path) -> None:
+    rules = yaml.safe_load((ROOT / "rules" / "default.yaml").read_text())
+    rules["evaluation_interval"] = "3s"
+    rules["thresholds"].update(
+        {"prefix_cache_window": "1m", "prefix_cache_reference": "3m", "prefix_cache_min_queries": 500}
+    )
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "default.yaml").write_text(yaml.safe_dump(rules))
+    vllm_port, llmslo_port = free_port(), free_port()
+    vllm = VllmServer(
+        vllm_python,
+        slow_model,
+        port=vllm_port,
+        log_path=tmp_path / "vllm.log",
+        otlp_endpoint=f"http://127.0.0.1:{llmslo_port}/v1/traces",
+        extra_env={"OTEL_SERVICE_NAME": SERVICE},
+        max_num_seqs=2,  # with the slower model, a burst queues in the engine
+    )
+    with gate(lambda: vllm.metrics_url) as proxy:
+        settings = Settings.model_validate(
+            {
+                "data_dir": str(tmp_path / "llmslo"),
+                "rules": str(tmp_path / "rules"),
+                "scrape": {"interval": "1s", "timeout": "1s"},
+                "derive_interval": "1s",
+                "targets": [
+                    # the model name is in no rule: the target's business type places it
+                    {"name": "chat-0", "url": proxy["url"], "business_type": "chat", "service_name": SERVICE}
+                ],
+            }
+        )
+        rt = Runtime(settings)
+        server = EmbeddedServer(
+            uvicorn.Config(create_app(settings, rt), host="127.0.0.1", port=llmslo_port, log_level="warning")
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        api = httpx.Client(base_url=f"http://127.0.0.1:{llmslo_port}", timeout=30)
+
+        def firing() -> set[tuple[str, str]]:
+            alerts = api.get("/api/v1/slos").json()["alerts"]
+            return {(a["labels"]["alertname"], a["labels"]["severity"]) for a in alerts if a["state"] == "firing"}
+
+        def wait_for(what: Callable[[], bool], seconds: float, why: str) -> None:
+            deadline = time.monotonic() + seconds
+            while not what():
+                if time.monotonic() > deadline:
+                    slos = api.get("/api/v1/slos", params={"business_type": "chat"}).json()
+                    serving = api.get("/api/v1/serving", params={"window": "1h"}).json()
+                    pytest.fail(f"{why}\nSLOs: {slos}\nserving: {serving}")
+                time.sleep(1)
+
+        scraper = rt.scrapers["chat-0"]
+        try:
+            while not server.started:
+                time.sleep(0.05)
+            vllm.start()  # llmslo is already running; the target cannot be scraped yet
+            # traffic before llmslo's first successful scrape
+            for i in range(6):
+                complete(vllm.base, f"{SHARED_PREFIX} early question {i}", 8)
+            assert scraper.status.up is False and scraper.status.consecutive_failures >= 3
+            assert scraper.status.next_allowed_unix <= time.time() + 1  # retried every interval
+            proxy["open"] = True
+            wait_for(lambda: scraper.status.up is True, 20, "no successful scrape after the gate opened")
+
+            # healthy: shared-prefix traffic, one request at a time
+            for i in range(15):
+                complete(vllm.base, f"{SHARED_PREFIX} healthy question {i}", 8)
+            wait_idle(vllm)
+            time.sleep(8)  # a few evaluations
+            assert firing() == set(), "healthy traffic must not alert"
+
+            # overload: a burst of long answers on a server that runs two requests at a time (short
+            # prompts: the prefix-cache level the collapse is judged against stays the healthy one)
+            with ThreadPoolExecutor(max_workers=24) as pool:
+                list(pool.map(lambda i: complete(vllm.base, f"rush {i}", 64, stream=True), range(24)))
+            wait_for(
+                lambda: ("LLMSLOChatTtftBudgetBurn", "page") in firing(),
+                60,
+                "the overload did not page chat TTFT",
+            )
+
+            # prefix-cache collapse: every prompt distinct from the first token on, at about the
+            # healthy volume; the ticket must come while it lasts
+            started = time.monotonic()
+            i = 0
+            while ("LLMSLOPrefixCacheCollapse", "ticket") not in firing():
+                if time.monotonic() - started > 120:
+                    wait_for(lambda: False, 0, "no prefix-cache ticket within 2 minutes of the collapse")
+                complete(vllm.base, f"{i} unrelated prompt {i} " * 40, 4)
+                i += 1
+                time.sleep(0.5)
+
+            # restart
+            wait_idle(vllm)
+            time.sleep(2)
+            before = raw(vllm)
+            wait_for(lambda: (scraper.status.last_success_unix or 0) > time.time() - 1, 10, "no scrape")
+            vllm.stop()
+            vllm.start()
+            for i in range(10):
+                complete(vllm.base, f"{SHARED_PREFIX} after restart {i}", 8)
+            wait_idle(vllm)
+            after = raw(vllm)
+            time.sleep(3)  # scraped, evaluated
+            assert scraper.status.restarts_total == 1
+            wait_for(lambda: ("LLMSLOTargetRestarted", "ticket") in firing(), 20, "no restart ticket")
+            # the restart's delta covers the new process's lifetime, not the outage before it
+            restart_scrape = next(r for r in scraper.recent if r.unix > (scraper.status.last_restart_unix or 0))
+            cell = next(iter(restart_scrape.cells.values()))
+            assert cell.observed_seconds <= restart_scrape.unix - (scraper.status.last_restart_unix or 0) + 0.01
+
+            # totals: everything vLLM counted in both processes, including before the first scrape
+            def counted(snapshot: dict[Any, float], name: str) -> float:
+                return sum(v for (n, _), v in snapshot.items() if n == name)
+
+            report = api.get("/api/v1/serving", params={"window": "1h"}).json()
+            [group] = report["groups"]
+            assert group["model"] == SERVED_MODEL and group["business_type"] == "chat"
+            stats = group["stats"]
+            want = counted(before, "vllm:request_success_total") + counted(after, "vllm:request_success_total")
+            assert stats["requests"] == want
+            tokens = counted(before, "vllm:prompt_tokens_total") + counted(after, "vllm:prompt_tokens_total")
+            assert stats["prompt_tokens"] == tokens
+
+            # vLLM's own spans: attributed to the target's model and business type
+            deadline = time.monotonic() + 30
+            summary: dict[str, Any] = {}
+            while time.monotonic() < deadline:
+                summary = api.get("/api/v1/requests/summary", params={"window": "1h", "model": SERVED_MODEL}).json()
+                if summary["requests"] >= want * 0.9:
+                    break
+                time.sleep(1)
+            chat = api.get("/api/v1/requests/summary", params={"window": "1h", "business_type": "chat"}).json()
+            assert summary["requests"] >= want * 0.9 and chat["requests"] == summary["requests"]
+            assert chat["cache_hit_ratio"] is None  # vLLM's spans do not report cached tokens
+        finally:
+            vllm.stop()
+            server.should_exit = True
+            thread.join(timeout=15)
