@@ -72,13 +72,38 @@ def serving_dashboard(rules: SloRules) -> dict[str, Any]:
         _panel(
             3,
             "TTFT p95 (engine histogram, interpolated in its bucket)",
-            [(f"{b}{conv.LATENCY_SUFFIX['ttft']}{q95}", "{{business_type}}")],
+            [
+                (f"{b}{conv.LATENCY_SUFFIX['ttft']}{q95}", "{{business_type}} p95 (interpolated)"),
+                (
+                    f"{b}{conv.bound_name(conv.LATENCY_SUFFIX['ttft'], conv.BOUND_LOWER)}{q95}",
+                    "{{business_type}} bucket from",
+                ),
+                (
+                    f"{b}{conv.bound_name(conv.LATENCY_SUFFIX['ttft'], conv.BOUND_UPPER)}{q95}",
+                    "{{business_type}} bucket to",
+                ),
+            ],
             "s",
             0,
             8,
         ),
         _panel(
-            4, "TPOT p95", [(f"{b}{conv.LATENCY_SUFFIX['tpot']}{q95}", "{{business_type}} ({{estimated}})")], "s", 12, 8
+            4,
+            "TPOT p95 (engine histogram, interpolated in its bucket)",
+            [
+                (f"{b}{conv.LATENCY_SUFFIX['tpot']}{q95}", "{{business_type}} p95 (estimated={{estimated}})"),
+                (
+                    f"{b}{conv.bound_name(conv.LATENCY_SUFFIX['tpot'], conv.BOUND_LOWER)}{q95}",
+                    "{{business_type}} bucket from",
+                ),
+                (
+                    f"{b}{conv.bound_name(conv.LATENCY_SUFFIX['tpot'], conv.BOUND_UPPER)}{q95}",
+                    "{{business_type}} bucket to",
+                ),
+            ],
+            "s",
+            12,
+            8,
         ),
         _panel(
             5,

@@ -200,16 +200,19 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
             tokens = counted(before, "vllm:prompt_tokens_total") + counted(after, "vllm:prompt_tokens_total")
             assert stats["prompt_tokens"] == tokens
 
-            # vLLM's own spans: attributed to the target's model and business type
+            # vLLM's own spans: every one llmslo received is attributed to the target's model and
+            # business type (a stopped vLLM may not flush its last span batch, so not all arrive)
             deadline = time.monotonic() + 30
-            summary: dict[str, Any] = {}
+            every: dict[str, Any] = {}
             while time.monotonic() < deadline:
-                summary = api.get("/api/v1/requests/summary", params={"window": "1h", "model": SERVED_MODEL}).json()
-                if summary["requests"] >= want * 0.9:
+                every = api.get("/api/v1/requests/summary", params={"window": "1h"}).json()
+                if every["requests"] >= want * 0.75:
                     break
                 time.sleep(1)
+            assert every["requests"] >= want * 0.75, (every["requests"], want)
+            by_model = api.get("/api/v1/requests/summary", params={"window": "1h", "model": SERVED_MODEL}).json()
             chat = api.get("/api/v1/requests/summary", params={"window": "1h", "business_type": "chat"}).json()
-            assert summary["requests"] >= want * 0.9 and chat["requests"] == summary["requests"]
+            assert by_model["requests"] == chat["requests"] == every["requests"]
             assert chat["cache_hit_ratio"] is None  # vLLM's spans do not report cached tokens
         finally:
             vllm.stop()
