@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     Float,
     ForeignKey,
@@ -58,7 +59,7 @@ rollups = Table(
     metadata,
     Column("series_id", Integer, ForeignKey("llmslo_series.id", ondelete="CASCADE"), primary_key=True),
     Column("period_seconds", Integer, primary_key=True),  # 60 (minute) or 3600 (hour)
-    Column("start_unix", Integer, primary_key=True),
+    Column("start_unix", BigInteger, primary_key=True),  # 64-bit: past 2038 on PostgreSQL too
     Column("value", Float, nullable=False),
     Column("sum", Float, nullable=False),
     Column("buckets", Text, nullable=True),
@@ -104,7 +105,7 @@ span_keys = Table(
 request_rollups = Table(
     "llmslo_request_rollups",
     metadata,
-    Column("start_unix", Integer, primary_key=True),
+    Column("start_unix", BigInteger, primary_key=True),  # 64-bit: past 2038 on PostgreSQL too
     Column("period_seconds", Integer, primary_key=True),  # 60, or 3600 after compaction
     Column("business_type", String(128), primary_key=True),
     Column("model", String(512), primary_key=True),

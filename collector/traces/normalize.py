@@ -17,6 +17,14 @@ from collector.traces.otlp import AttrValue, SpanRecord
 ENGINE, GATEWAY, CLIENT = "engine", "gateway", "client"
 GENAI_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion", "messages", "responses"})
 MAX_ATTRIBUTE_CHARS = 65536
+# Limits of the values llmslo stores, matched by the schema on both databases
+# (collector/store/tables.py): a longer one rejects its span, never the batch.
+MAX_MODEL_CHARS = 512
+MAX_TENANT_CHARS = 256
+MAX_BUSINESS_TYPE_CHARS = 128
+MAX_TOKENS = 100_000_000  # per request; a count above it is not a request llmslo can believe
+MAX_LATENCY_SECONDS = 7 * 86400.0
+MAX_FUTURE_SECONDS = 3600.0  # a span ending further ahead of llmslo's clock is rejected
 
 # The attributes read, newest name first. Nothing else of a span is ever converted (see USED_ATTRIBUTES).
 INPUT_TOKENS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
@@ -124,29 +132,41 @@ def _checked(key: str, value: str) -> str:
     return value
 
 
-def _num(attrs: dict[str, AttrValue], keys: tuple[str, ...]) -> float | None:
+def _num(attrs: dict[str, AttrValue], keys: tuple[str, ...], limit: float) -> float | None:
+    """The first numeric value among keys; Rejected when it is not finite or outside [0, limit]
+    (a NaN token count or a negative TTFT rejects its span, never the batch)."""
     for key in keys:
         v = attrs.get(key)
         kind = type(v)  # exact types: a bool is not a number here
         if kind is int or kind is float:
-            return float(v)  # type: ignore[arg-type]
-        if kind is str:
+            x = float(v)  # type: ignore[arg-type]
+        elif kind is str:
             try:
-                return float(v)  # type: ignore[arg-type]
+                x = float(v)  # type: ignore[arg-type]
             except ValueError:
                 continue
+        else:
+            continue
+        if not 0.0 <= x <= limit:  # also false for NaN
+            raise Rejected(f"attribute {key} is {v!r}: expected a number from 0 to {limit:g}")
+        return x
     return None
 
 
-def _str(attrs: dict[str, AttrValue], keys: tuple[str, ...]) -> str | None:
+def _str(attrs: dict[str, AttrValue], keys: tuple[str, ...], limit: int = MAX_ATTRIBUTE_CHARS) -> str | None:
     """The first non-empty string (or first string of a list) among keys; Rejected when it is over
-    MAX_ATTRIBUTE_CHARS: such a model, tenant or finish reason is not a label anyone can use."""
+    `limit` characters or holds a NUL byte: such a model, tenant or finish reason is not a label
+    anyone can use, and PostgreSQL refuses NUL in text."""
     for key in keys:
         v = attrs.get(key)
         if isinstance(v, list) and v:
             v = v[0]
         if isinstance(v, str) and v:
-            return _checked(key, v)
+            if len(v) > limit:
+                raise Rejected(f"attribute {key} is {len(v)} characters long (limit {limit})")
+            if "\x00" in v:
+                raise Rejected(f"attribute {key} contains a NUL character")
+            return v
     return None
 
 
@@ -177,6 +197,7 @@ def normalize(
     rules: Sequence[Rule] = (),
     default_business_type: str = "unassigned",
     source: Source | None = None,
+    now_unix: float | None = None,
 ) -> RequestRecord:
     """Raises Rejected with the reason for an unusable span.
 
@@ -188,6 +209,8 @@ def normalize(
         raise Rejected("missing start or end timestamp")
     if end < start:
         raise Rejected("span ends before it starts")
+    if now_unix is not None and end / 1e9 > now_unix + MAX_FUTURE_SECONDS:
+        raise Rejected(f"span ends more than {MAX_FUTURE_SECONDS:g} s after the collector's clock")
     vllm = span.name == "llm_request" or "gen_ai.latency.e2e" in a
     if vllm:
         measured_at = ENGINE
@@ -198,26 +221,33 @@ def normalize(
     claimed = a.get(MEASURED_AT)
     if claimed in (ENGINE, GATEWAY, CLIENT):
         measured_at = str(claimed)
-    e2e = _num(a, E2E)
+    e2e = _num(a, E2E, MAX_LATENCY_SECONDS)
     if e2e is None:
         e2e = (end - start) / 1e9
-    ttft = _num(a, TTFT)
+    ttft = _num(a, TTFT, MAX_LATENCY_SECONDS)
     if ttft is None and span.events:  # a first-token span event
         first = next((t for name, t in span.events if name in FIRST_TOKEN_EVENTS), None)
         if first is not None and first >= start:
             ttft = (first - start) / 1e9
-    out = int(_num(a, OUTPUT_TOKENS) or 0)
+    out = int(_num(a, OUTPUT_TOKENS, MAX_TOKENS) or 0)
+    input_tokens = int(_num(a, INPUT_TOKENS, MAX_TOKENS) or 0)
+    cached = _num(a, CACHED_TOKENS, MAX_TOKENS)
+    if cached is not None and cached > input_tokens:
+        raise Rejected(f"{int(cached)} cached input tokens exceed the {input_tokens} input tokens")
     tpot = (e2e - ttft) / (out - 1) if ttft is not None and out > 1 and e2e >= ttft else None
     error_type = _str(a, ERROR_TYPE) or ("error" if span.status_error else "")
     finish = _str(a, FINISH) or ("error" if error_type else "unknown")
-    model = _str(a, MODEL) or (source.model if source is not None else None) or "unknown"
-    tenant = _str(a, TENANT) or "unknown"
-    business = _str(a, BUSINESS_TYPE) or (source.business_type_of(model) if source is not None else None)
+    model = _str(a, MODEL, MAX_MODEL_CHARS) or (source.model if source is not None else None) or "unknown"
+    tenant = _str(a, TENANT, MAX_TENANT_CHARS) or "unknown"
+    business = _str(a, BUSINESS_TYPE, MAX_BUSINESS_TYPE_CHARS)
+    business = business or (source.business_type_of(model) if source is not None else None)
     business = business or default_business_type
     for rule in rules:
         if rule.matches(a, model):
             business = rule.business_type or business
             tenant = rule.tenant or tenant
+    if len(business) > MAX_BUSINESS_TYPE_CHARS or len(tenant) > MAX_TENANT_CHARS:
+        raise Rejected("a classified business type or tenant is longer than the schema holds")
     return RequestRecord(
         span.trace_id,
         span.span_id,
@@ -227,13 +257,13 @@ def normalize(
         model,
         business,
         tenant,
-        int(_num(a, INPUT_TOKENS) or 0),
-        None if (cached := _num(a, CACHED_TOKENS)) is None else int(cached),
+        input_tokens,
+        None if cached is None else int(cached),
         out,
         ttft,
         tpot,
         e2e,
-        _num(a, QUEUE),
+        _num(a, QUEUE, MAX_LATENCY_SECONDS),
         finish,
         error_type,
     )

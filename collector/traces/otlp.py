@@ -113,6 +113,8 @@ def parse_request(body: bytes, content_type: str | None) -> ExportTraceServiceRe
             json_format.ParseDict(_hex_ids_to_base64(data), req, ignore_unknown_fields=True)
         except (ValueError, json_format.ParseError) as exc:
             raise OtlpError(400, f"invalid OTLP JSON: {exc}") from None
+        except RecursionError:
+            raise OtlpError(400, "invalid OTLP JSON: nested too deeply") from None
         return req
     raise OtlpError(415, f"unsupported Content-Type {content_type!r}: want {PROTOBUF} or {JSON}")
 

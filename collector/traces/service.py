@@ -113,6 +113,7 @@ class TraceIngest:
         except otlp.OtlpError as exc:
             return Outcome(exc.status, exc.message)
         records, reasons = [], Counter[str]()
+        now = time.time()
         fleet = self.runtime.fleet
         scrapers = self.runtime.scrapers
 
@@ -125,7 +126,7 @@ class TraceIngest:
                 continue
             try:
                 source = fleet.source_of(span.resource, models_seen) if span.resource else None
-                records.append(normalize(span, self.rules, self.cfg.default_business_type, source))
+                records.append(normalize(span, self.rules, self.cfg.default_business_type, source, now))
             except Rejected as exc:
                 reasons[str(exc)] += 1
         try:
