@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from collector import __version__
 from collector.config import ConfigError, Settings, TargetConfig, load_settings
+from collector.secrets import redact_url
 from collector.sources.expfmt import ExpositionError
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return 2
-    print(f"configuration OK: {len(settings.targets)} target(s), database {settings.resolved_database_url}")
+    database = redact_url(settings.resolved_database_url)
+    print(f"configuration OK: {len(settings.targets)} target(s), database {database}")
     return 0
 
 
@@ -151,7 +153,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"targets": [*settings.targets, target]})
         print(f"example vLLM target (a replayed real scrape) at {example.url}")
     base = f"http://{settings.server.host}:{settings.server.port}"
-    print(f"llmslo {__version__}: {len(settings.targets)} target(s), database {settings.resolved_database_url}")
+    database = redact_url(settings.resolved_database_url)
+    print(f"llmslo {__version__}: {len(settings.targets)} target(s), database {database}")
     print(f"  API      {base}/api/v1/serving?window=5m   {base}/api/v1/targets")
     print(f"  metrics  {base}/metrics")
     print(f"  docs     {base}/docs")

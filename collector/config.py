@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from collector.secrets import redact_url
 from collector.yamlfile import YamlProblem, describe_errors, line_of, parse_yaml_mapping
 
 DEFAULT_BUSINESS_TYPES = ("chat", "customer_service", "code_completion", "batch")
@@ -107,7 +108,7 @@ class TargetConfig(_Strict):
     @classmethod
     def _http_url(cls, v: str) -> str:
         if not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError(f"expected an http:// or https:// URL, got {v!r}")
+            raise ValueError(f"expected an http:// or https:// URL, got {redact_url(v)!r}")
         return v
 
     def business_type_of(self, model: str) -> str | None:
@@ -161,11 +162,18 @@ class TracesConfig(_Strict):
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(9464, ge=0, le=65535)
+    # When set, /api/v1/*, /metrics, /docs and /openapi.json need `Authorization: Bearer <token>`
+    # (/healthz, /readyz stay open; /v1/traces has its own ingest keys). Unset by default, with
+    # the server bound to loopback.
+    api_token: str | None = Field(None, min_length=16)
 
 
 class Settings(_Strict):
     data_dir: str = "./data"
     database_url: str | None = None
+    # how long `serve` keeps retrying a database that does not answer at start-up (PostgreSQL
+    # started beside llmslo) before giving up
+    database_wait: Duration = 600.0
     rules: str | None = None  # SLO rules file or directory (rules/); None = no SLO evaluation
     server: ServerConfig = ServerConfig()
     scrape: ScrapeConfig = ScrapeConfig()

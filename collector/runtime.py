@@ -65,7 +65,7 @@ class Snapshot:
 class Runtime:
     def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self.settings = settings
-        self.store = store or Store(settings.resolved_database_url)
+        self.store = store or Store(settings.resolved_database_url, settings.database_wait)
         self.client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
         self.store_lock = asyncio.Lock()
         self.scrapers: dict[str, TargetScraper] = {

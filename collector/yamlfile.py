@@ -7,6 +7,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from collector.secrets import REDACTED, is_secret_name
+
 
 class YamlProblem(Exception):
     """The text is not a YAML mapping; the message names the file and line."""
@@ -42,7 +44,10 @@ def _describe(err: Any, source: str, root: yaml.Node | None, env_paths: dict[tup
     dotted = _dotted(loc)
     got = err.get("input")
     msg = "unknown key" if err["type"] == "extra_forbidden" else str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] != "extra_forbidden" and not isinstance(got, dict | list) and repr(got) not in msg:
+    secret = any(isinstance(p, str) and is_secret_name(p) for p in loc)
+    if secret:  # never echo a mistyped secret
+        msg = msg.replace(repr(got), REDACTED).replace(str(got), REDACTED) if got not in (None, "") else msg
+    elif err["type"] != "extra_forbidden" and not isinstance(got, dict | list) and repr(got) not in msg:
         msg += f" (got {got!r})"
     for keys, var in env_paths.items():
         if tuple(str(p) for p in loc[: len(keys)]) == keys:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import AsyncIterator
+import hmac
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated
 
@@ -61,6 +62,9 @@ async def _start_otlp_port(rt: Runtime, settings: Settings) -> tuple[EmbeddedSer
     return server, task
 
 
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/v1/traces"})
+
+
 def window_seconds(window: str) -> float:
     """A `window` query parameter: a duration of whole minutes, else 422 naming the problem."""
     try:
@@ -113,6 +117,21 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         description="SLO, latency, cache, drift and cost monitor for self-hosted LLM serving.",
         lifespan=lifespan,
     )
+    token = settings.server.api_token
+    if token is not None:
+        expected = f"Bearer {token}".encode()
+
+        @app.middleware("http")
+        async def require_token(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+            """The read API, /metrics and the docs need the token; health checks and OTLP ingest
+            (which has its own keys) do not."""
+            path = request.url.path
+            if path in OPEN_PATHS:
+                return await call_next(request)
+            supplied = (request.headers.get("authorization") or "").encode()
+            if not hmac.compare_digest(supplied, expected):
+                return Response("missing or invalid API token", status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            return await call_next(request)
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:

@@ -20,6 +20,7 @@ import httpx
 from collector import conventions as conv
 from collector.config import Settings, TargetConfig
 from collector.rollup import Cell, DeltaTracker, SeriesIdent
+from collector.secrets import redact_url, scrub
 from collector.sources.expfmt import ExpositionError
 from collector.sources.vllm import EngineSnapshot, SeriesKey, SlotCache, new_cache, read_scrape
 from collector.store.repository import Store
@@ -84,7 +85,7 @@ class TargetScraper:
         self.store = store
         self.client = client
         self.store_lock = store_lock or asyncio.Lock()
-        self.status = TargetStatus(target.name, target.url)
+        self.status = TargetStatus(target.name, redact_url(target.url))
         self.cache: SlotCache = new_cache()
         self.tracker = DeltaTracker()
         self.series_ids: dict[SeriesIdent, int] = {}
@@ -186,7 +187,7 @@ class TargetScraper:
             async with asyncio.timeout(self.timeout):
                 async with self.client.stream("GET", self.target.url, headers=headers, timeout=self.timeout) as resp:
                     if resp.status_code != 200:
-                        raise ScrapeError(conv.REASON_HTTP_STATUS, f"HTTP {resp.status_code} from {self.target.url}")
+                        raise ScrapeError(conv.REASON_HTTP_STATUS, f"HTTP {resp.status_code} from {self.status.url}")
                     declared = resp.headers.get("content-length")
                     if declared and declared.isdigit() and int(declared) > limit:
                         raise ScrapeError(
@@ -246,6 +247,7 @@ class TargetScraper:
             recent.popleft()
 
     def _fail(self, reason: str, message: str, now: float, started: float) -> None:
+        message = scrub(message, self.target.url)  # an HTTP error quotes the URL, credentials and all
         status = self.status
         status.up = False
         status.last_error = message

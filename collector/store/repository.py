@@ -8,6 +8,7 @@ transaction, so a collector restart resumes exactly where the last committed scr
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -18,6 +19,7 @@ from sqlalchemy import Connection, Engine, create_engine, delete, event, insert,
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 from collector.rollup import (
     HOUR_SECONDS,
@@ -30,8 +32,11 @@ from collector.rollup import (
     SeriesCell,
     SeriesIdent,
 )
+from collector.secrets import redact_url
 from collector.sources.vllm import Kind, SeriesKey
 from collector.store.tables import metadata, rollups, series, series_state, targets
+
+log = logging.getLogger(__name__)
 
 # Tables earlier versions made and nothing reads any more: dropped at start-up.
 RETIRED_TABLES = ("llmslo_span_ids",)  # trace dedupe ids, replaced by llmslo_span_keys
@@ -77,10 +82,28 @@ def _none_to_nan(x: float | None) -> float:
 class Store:
     """All database access of the collector. Methods are synchronous; call them off the event loop."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, wait_seconds: float = 0.0) -> None:
+        """Connect and create the schema. `wait_seconds`: how long to keep retrying a database that
+        does not answer yet (PostgreSQL starting beside llmslo), with a log line per attempt."""
         self.url = url
         self.engine = make_engine(url)
-        metadata.create_all(self.engine)
+        deadline = time.monotonic() + wait_seconds
+        delay = 1.0
+        while True:
+            try:
+                metadata.create_all(self.engine)
+                break
+            except OperationalError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning(
+                    "database %s not reachable (%s); retrying in %.0f s",
+                    redact_url(url),
+                    str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__,
+                    delay,
+                )
+                time.sleep(delay)
+                delay = min(30.0, delay * 2)
         with self.engine.begin() as conn:
             for table in RETIRED_TABLES:
                 conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
