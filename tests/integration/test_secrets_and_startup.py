@@ -4,6 +4,7 @@ read token, and a database that comes up after llmslo is waited for."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import subprocess
@@ -86,15 +87,18 @@ def test_an_api_token_guards_the_read_api_and_metrics_but_not_health(tmp_path: P
     app = create_app(settings, Runtime(settings), schedule=False)
 
     async def run() -> dict[str, int]:
-        async with app.router.lifespan_context(app):
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://l") as client:
-                out = {}
-                for path in ("/api/v1/targets", "/metrics", "/docs", "/openapi.json", "/healthz", "/readyz"):
-                    out[path] = (await client.get(path)).status_code
-                    authorized = await client.get(path, headers={"Authorization": f"Bearer {token}"})
-                    out[path + " with token"] = authorized.status_code
-                out["wrong"] = (await client.get("/metrics", headers={"Authorization": "Bearer nope"})).status_code
-                return out
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://l") as client,
+        ):
+            out = {}
+            for path in ("/api/v1/targets", "/metrics", "/docs", "/openapi.json", "/healthz", "/readyz"):
+                out[path] = (await client.get(path)).status_code
+                authorized = await client.get(path, headers={"Authorization": f"Bearer {token}"})
+                out[path + " with token"] = authorized.status_code
+            out["wrong"] = (await client.get("/metrics", headers={"Authorization": "Bearer nope"})).status_code
+            return out
 
     codes = asyncio.run(run())
     for path in ("/api/v1/targets", "/metrics", "/docs", "/openapi.json"):
@@ -116,10 +120,8 @@ def _forward_later(listen: socket.socket, delay: float, upstream: tuple[str, int
             pass
         finally:
             for s in (a, b):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     while True:
         try:
@@ -155,6 +157,6 @@ def test_a_database_that_never_answers_fails_after_the_wait(caplog: pytest.LogCa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     started = time.monotonic()
-    with pytest.raises(Exception, match="Connection refused|connection failed"):
+    with pytest.raises(Exception, match=r"Connection refused|connection failed"):
         Store(f"postgresql+psycopg://postgres@127.0.0.1:{port}/x", wait_seconds=2)
     assert 1.0 <= time.monotonic() - started < 20
