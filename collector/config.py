@@ -75,6 +75,8 @@ class TargetConfig(_Strict):
     business_type: str | None = None
     models: dict[str, str] = Field(default_factory=dict)
     default_model: str = "unknown"
+    sample_limit: int | None = Field(None, ge=0)  # overrides scrape.sample_limit
+    model_limit: int | None = Field(None, ge=0)  # overrides scrape.model_limit
     # the OTel `service.name` this server's spans carry (OTEL_SERVICE_NAME): its spans are then
     # attributed to this target (also by `service.instance.id` or `llmslo.target` = name)
     service_name: str | None = None
@@ -124,6 +126,11 @@ class ScrapeConfig(_Strict):
     # On a target's first scrape, count its counters from zero when its server started at most
     # this long ago (created-timestamp semantics); a server running longer is taken as a baseline.
     startup_lookback: Duration = 600.0
+    # Per-target limits, as Prometheus' sample_limit: a scrape over either is refused whole (the
+    # target is down with reason sample_limit / model_limit), so one target cannot hold the
+    # store, memory or /metrics hostage. 0 = no limit.
+    sample_limit: int = Field(100_000, ge=0)
+    model_limit: int = Field(256, ge=0)
 
 
 class RetentionConfig(_Strict):

@@ -46,6 +46,8 @@ REASON_TOO_LARGE: Final = "too_large"
 REASON_ENCODING: Final = "encoding"
 REASON_PARSE: Final = "parse"
 REASON_STORE: Final = "store"
+REASON_SAMPLE_LIMIT: Final = "sample_limit"
+REASON_MODEL_LIMIT: Final = "model_limit"
 SCRAPE_ERROR_REASONS: Final = (
     REASON_TIMEOUT,
     REASON_CONNECT,
@@ -55,6 +57,8 @@ SCRAPE_ERROR_REASONS: Final = (
     REASON_ENCODING,
     REASON_PARSE,
     REASON_STORE,
+    REASON_SAMPLE_LIMIT,
+    REASON_MODEL_LIMIT,
 )
 
 # Every interpolated quantile is published with the bucket it fell in:

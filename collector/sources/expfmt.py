@@ -135,12 +135,14 @@ def scan(
     fmt: str,
     cache: SeriesCache[T | None],
     resolve: Callable[[str, Labels, int], T | None],
+    sample_limit: int = 0,
 ) -> tuple[list[tuple[T, float, int, str]], dict[str, str]]:
     """Tokenize exposition text; each series is resolved once (then memoised in `cache`).
 
     Samples whose series resolves to None are validated but not returned: callers use this to
     skip families they do not need at the cost of one dict lookup per line.
-    Returns (resolved, value, line, key) tuples and the TYPE declarations.
+    Returns (resolved, value, line, key) tuples and the TYPE declarations. More than
+    `sample_limit` samples (0: no limit) is an error, raised as soon as the limit is passed.
     """
     entries = cache.entries
     out: list[tuple[T, float, int, str]] = []
@@ -189,6 +191,10 @@ def scan(
         if key in seen:
             raise ExpositionError("parse", f"duplicate series {key} (first on line {seen[key]})", lineno)
         seen[key] = lineno
+        if sample_limit and len(seen) > sample_limit:
+            raise ExpositionError(
+                "sample_limit", f"more than {sample_limit} samples (scrape.sample_limit); nothing stored", lineno
+            )
         if hit is not None:
             append((hit, value, lineno, key))
     if openmetrics and not saw_eof:

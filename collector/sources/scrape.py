@@ -124,7 +124,7 @@ class TargetScraper:
             if self.target_id is None:
                 await self.load()
             body, content_type = await self._fetch()
-            snapshot = read_scrape(body, content_type, self.cache, self.target.default_model)
+            snapshot = self._read(body, content_type)
             await self._commit(snapshot, now)
         except Exception as exc:  # never let one target break the loop
             self._failed(exc, now, started)
@@ -144,13 +144,24 @@ class TargetScraper:
                 raise error
             if self.target_id is None:
                 self._load()
-            snapshot = read_scrape(body or b"", content_type, self.cache, self.target.default_model)
+            snapshot = self._read(body or b"", content_type)
             self._store(snapshot, now)
         except Exception as exc:
             self._failed(exc, now, started)
             return False
         self._succeeded(snapshot, now, started)
         return True
+
+    def _read(self, body: bytes | str, content_type: str | None) -> EngineSnapshot:
+        t, scrape = self.target, self.settings.scrape
+        return read_scrape(
+            body,
+            content_type,
+            self.cache,
+            t.default_model,
+            scrape.sample_limit if t.sample_limit is None else t.sample_limit,
+            scrape.model_limit if t.model_limit is None else t.model_limit,
+        )
 
     def _succeeded(self, snapshot: EngineSnapshot, now: float, started: float) -> None:
         status = self.status

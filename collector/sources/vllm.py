@@ -238,6 +238,8 @@ def read_scrape(
     content_type: str | None = None,
     cache: SlotCache | None = None,
     default_model: str = "unknown",
+    sample_limit: int = 0,
+    model_limit: int = 0,
 ) -> EngineSnapshot:
     """Parse and normalize one scrape body of a vLLM server.
 
@@ -247,7 +249,7 @@ def read_scrape(
     """
     fmt = detect_format(content_type)
     text = decode_body(body) if isinstance(body, bytes) else body
-    slots, types = scan(text, fmt, cache if cache is not None else new_cache(), _resolver(default_model))
+    slots, types = scan(text, fmt, cache if cache is not None else new_cache(), _resolver(default_model), sample_limit)
     scalars: dict[tuple[SeriesKey, int, str], float] = {}
     hists: dict[tuple[SeriesKey, int, str], _HistBuilder] = {}
     process_start: float | None = None
@@ -291,6 +293,14 @@ def read_scrape(
             builder.sum = value
         else:
             builder.count = value
+    if model_limit:
+        ignored = (_PART_PROCESS_START, _PART_CREATED)
+        models = {slot.ident[0].model for slot, _value, _line, _key in slots if slot.part not in ignored}
+        if len(models) > model_limit:
+            raise ExpositionError(
+                "model_limit",
+                f"{len(models)} distinct model_name values, more than scrape.model_limit {model_limit}; nothing stored",
+            )
     if process_start is None:
         process_start = created
     snapshot = EngineSnapshot(samples=len(slots) - n_created, process_start_unix=process_start)
