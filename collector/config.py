@@ -156,6 +156,7 @@ class TracesConfig(_Strict):
     key_header: str = "authorization"  # "authorization" expects `Bearer <key>`; any other header: the raw key
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     max_concurrent_batches: int = Field(4, ge=1)
+    body_read_timeout: Duration = 10.0  # a request body not received within this is answered 408
     dedupe_horizon: Duration = 24 * 3600.0
     default_business_type: str = "unassigned"
     classification: list[ClassificationRule] = Field(default_factory=list)

@@ -152,15 +152,25 @@ class TraceIngest:
     async def handle(self, request: Request) -> Response:
         """OTLP/HTTP: `POST /v1/traces`."""
         as_json = otlp.is_json(request.headers.get("content-type"))
-        outcome = self.admit("http", request.headers.get(self.cfg.key_header))
-        if outcome is None:
-            with self.slot():
-                body = await self._read_body(request)
-                if isinstance(body, Outcome):
-                    outcome = self.count("http", body)
-                else:
-                    ctype, encoding = request.headers.get("content-type"), request.headers.get("content-encoding")
-                    outcome = await self.export("http", body, ctype, encoding)
+        outcome = None
+        if not self.authorized(request.headers.get(self.cfg.key_header)):
+            outcome = self.count("http", Outcome(401, "missing or invalid ingest key"))  # the key is never logged
+        else:
+            # The body is read before an ingest slot is taken, within `body_read_timeout`: slow
+            # uploads (or a Content-Length longer than the body) cannot hold the slots.
+            try:
+                async with asyncio.timeout(self.cfg.body_read_timeout):
+                    body = await self._read_body(request)
+            except TimeoutError:
+                body = Outcome(408, f"request body not received within {self.cfg.body_read_timeout:g} s")
+            if isinstance(body, Outcome):
+                outcome = self.count("http", body)
+            else:
+                outcome = self.admit("http", request.headers.get(self.cfg.key_header))
+                if outcome is None:
+                    with self.slot():
+                        ctype, encoding = request.headers.get("content-type"), request.headers.get("content-encoding")
+                        outcome = await self.export("http", body, ctype, encoding)
         if outcome.status == 200:
             payload, media = otlp.response(outcome.rejected, outcome.message, as_json)
             return Response(payload, status_code=200, media_type=media)
