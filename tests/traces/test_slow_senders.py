@@ -31,8 +31,8 @@ def test_slow_senders_hold_no_slot_and_a_short_body_is_answered_408(tmp_path: Pa
     while not server.started:
         time.sleep(0.05)
     head = (
-        f"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
-    ).encode()
+        b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+    )
     slow = []
     try:
         for _ in range(4):  # twice as many as there are slots, dribbling one byte at a time
