@@ -161,6 +161,10 @@ class TracesConfig(_Strict):
     default_business_type: str = "unassigned"
     classification: list[ClassificationRule] = Field(default_factory=list)
     top_tenants: int = Field(20, ge=1)
+    # per minute and business type; the rest are counted under tenant (model) "other", and
+    # business types no configuration names under "unassigned"
+    max_tenants_per_minute: int = Field(1000, ge=1)
+    max_models_per_minute: int = Field(200, ge=1)
     otlp_http_port: int | None = Field(None, ge=0, le=65535, description="also serve POST /v1/traces here (4318)")
     otlp_grpc_port: int | None = Field(
         None, ge=0, le=65535, description="serve OTLP/gRPC TraceService/Export here (4317; the grpc extra)"

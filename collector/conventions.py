@@ -120,6 +120,7 @@ LABEL_STATUS: Final = "status"
 LABEL_TRANSPORT: Final = "transport"  # http | grpc
 LABEL_MEASURED_AT: Final = "measured_at"
 OTHER_TENANTS: Final = "other"
+TRACE_VALUES_FOLDED: Final = PREFIX + "trace_values_folded_total"
 TRACE_SPANS_TOTAL: Final = PREFIX + "trace_spans_total"
 TRACE_REQUESTS_TOTAL: Final = PREFIX + "trace_export_requests_total"
 TRACE_STORE_SECONDS: Final = PREFIX + "trace_batch_store_seconds"  # histogram, label `thread`

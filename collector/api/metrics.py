@@ -60,7 +60,14 @@ class LlmsloCollector(Collector):
         for thread, histogram in t.store_seconds.items():
             buckets = [("+Inf" if b == math.inf else str(b), float(n)) for b, n in histogram.cumulative()]
             stored.add_metric([thread], buckets, histogram.total)
-        yield from (spans, calls, stored)
+        folded = CounterMetricFamily(
+            conv.TRACE_VALUES_FOLDED,
+            'Span values past the cardinality limits, folded into "other" (tenant, model) or "unassigned".',
+            labels=["field"],
+        )
+        for name in ("business_type", "tenant", "model"):
+            folded.add_metric([name], float(t.guard.folded.get(name, 0)))
+        yield from (spans, calls, stored, folded)
         snap = self.runtime.request_snapshot
         if not snap:
             return

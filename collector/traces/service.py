@@ -24,6 +24,7 @@ from fastapi import Request, Response
 from collector.conventions import TRACE_STORE_BUCKETS
 from collector.histogram import Histogram
 from collector.traces import otlp
+from collector.traces.cardinality import CardinalityGuard
 from collector.traces.normalize import Rejected, Rule, is_llm_span, normalize, wanted_attributes
 from collector.traces.rollup import LatencyTarget
 from collector.traces.store import ingest, ingest_now
@@ -51,6 +52,11 @@ class TraceIngest:
         cfg = runtime.settings.traces
         self.cfg = cfg
         self.rules = [Rule(r.attribute, r.pattern, r.business_type, r.tenant) for r in cfg.classification]
+        known = {*runtime.settings.business_types, cfg.default_business_type}
+        known |= {r.business_type for r in cfg.classification if r.business_type}
+        if runtime.rules is not None:
+            known |= {bt.name for bt in runtime.rules.business_types}
+        self.guard = CardinalityGuard(known, cfg.max_tenants_per_minute, cfg.max_models_per_minute)
         self.wanted = wanted_attributes(self.rules)
         if not otlp.SCANNER_BUILT:
             log.warning("C span scanner not built (no compiler at install): traces are decoded in Python, slower")
@@ -129,6 +135,7 @@ class TraceIngest:
                 records.append(normalize(span, self.rules, self.cfg.default_business_type, source, now))
             except Rejected as exc:
                 reasons[str(exc)] += 1
+        self.guard.apply(records)
         try:
             targets = self.targets_of()
             started = time.perf_counter()
