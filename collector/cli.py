@@ -63,6 +63,40 @@ def _check_fleet_map(settings: Settings) -> None:
         raise ConfigError(problems)
 
 
+def cmd_db(args: argparse.Namespace) -> int:
+    """`llmslo db upgrade` applies the schema migrations (serve does too, at start-up);
+    `llmslo db current` prints the database's revision."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from collector.store import migrate
+    from collector.store.repository import make_engine
+
+    try:
+        settings = _load(args)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"config: {problem}", file=sys.stderr)
+        return 2
+    database = redact_url(settings.resolved_database_url)
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        if args.action == "current":
+            print(f"{database}: revision {migrate.current(engine) or 'none'} (newest {migrate.head()})")
+            return 0
+        before, after = migrate.upgrade(engine)
+    except SQLAlchemyError as exc:
+        print(f"{database}: {type(exc).__name__}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
+    print(
+        f"{database}: upgraded from {before or 'an empty database'} to {after}"
+        if before != after
+        else f"{database}: at {after}, nothing to do"
+    )
+    return 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Validate SLO rules: every problem with file, line and key path; warnings for thresholds
     that only traces can measure exactly."""
@@ -337,6 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--rules", help="SLO rules to check the targets' business types against (default: the config's `rules`)"
     )
     p.set_defaults(func=cmd_check_config)
+
+    p = with_config(
+        sub.add_parser("db", help="database schema: `upgrade` applies migrations, `current` shows the revision")
+    )
+    p.add_argument("action", choices=["upgrade", "current"])
+    p.set_defaults(func=cmd_db)
 
     p = sub.add_parser("check", help="validate SLO rules and print every problem")
     p.add_argument("rules", nargs="?", default="rules")

@@ -34,7 +34,8 @@ from collector.rollup import (
 )
 from collector.secrets import redact_url
 from collector.sources.vllm import Kind, SeriesKey
-from collector.store.tables import metadata, rollups, series, series_state, targets
+from collector.store import migrate
+from collector.store.tables import rollups, series, series_state, targets
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class Store:
         delay = 1.0
         while True:
             try:
-                metadata.create_all(self.engine)
+                migrate.upgrade(self.engine)
                 break
             except OperationalError as exc:
                 if time.monotonic() + delay > deadline:

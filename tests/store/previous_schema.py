@@ -1,0 +1,114 @@
+"""The schema of the release before migrations (9464ffa), verbatim: what databases made by it hold."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+targets = Table(
+    "llmslo_targets",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("url", Text, nullable=False),
+    # Time of the last scrape whose deltas were committed; None before the first one.
+    Column("baseline_unix", Float, nullable=True),
+    Column("process_start_unix", Float, nullable=True),  # the server's, at that scrape (restart detection)
+    Column("created_unix", Float, nullable=False),
+)
+
+series = Table(
+    "llmslo_series",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("target_id", Integer, ForeignKey("llmslo_targets.id", ondelete="CASCADE"), nullable=False),
+    Column("model", String(512), nullable=False),
+    Column("metric", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("labels", Text, nullable=False),  # JSON list of [name, value] pairs, sorted
+    Column("bounds", Text, nullable=False),  # JSON list of finite bucket bounds ("[]" if none)
+    Column("unit", String(16), nullable=False, default=""),
+    UniqueConstraint("target_id", "model", "metric", "kind", "labels", "bounds", name="uq_llmslo_series"),
+)
+
+series_state = Table(
+    "llmslo_series_state",
+    metadata,
+    Column("series_id", Integer, ForeignKey("llmslo_series.id", ondelete="CASCADE"), primary_key=True),
+    Column("value", Float, nullable=False),
+    Column("sum", Float, nullable=False),
+    Column("buckets", Text, nullable=True),
+)
+
+rollups = Table(
+    "llmslo_rollups",
+    metadata,
+    Column("series_id", Integer, ForeignKey("llmslo_series.id", ondelete="CASCADE"), primary_key=True),
+    Column("period_seconds", Integer, primary_key=True),  # 60 (minute) or 3600 (hour)
+    Column("start_unix", Integer, primary_key=True),
+    Column("value", Float, nullable=False),
+    Column("sum", Float, nullable=False),
+    Column("buckets", Text, nullable=True),
+    Column("gmin", Float, nullable=True),
+    Column("gmax", Float, nullable=True),
+    Column("glast", Float, nullable=True),
+    Column("n", Integer, nullable=False),
+    Column("observed_seconds", Float, nullable=False),
+    Column("last_unix", Float, nullable=False),
+)
+
+Index("ix_llmslo_rollups_window", rollups.c.period_seconds, rollups.c.start_unix)
+
+# Alert instances of the SLO evaluator (collector/slo/alerts.py): lifecycle and delivery state.
+alerts = Table(
+    "llmslo_alerts",
+    metadata,
+    Column("fingerprint", String(256), primary_key=True),
+    Column("labels", Text, nullable=False),
+    Column("annotations", Text, nullable=False),
+    Column("state", String(16), nullable=False),  # pending | firing | resolved
+    Column("active_since_unix", Float, nullable=False),
+    Column("starts_at_unix", Float, nullable=True),  # when it started firing
+    Column("ends_at_unix", Float, nullable=True),  # when it resolved
+    Column("updated_unix", Float, nullable=False),
+    Column("sent_unix", Float, nullable=True),  # last successful delivery of the current state
+    Column("delivered_state", String(16), nullable=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt_unix", Float, nullable=False, default=0.0),
+)
+
+# Trace ingestion: the span ids already counted (deduplication of retried batches) ...
+span_keys = Table(
+    "llmslo_span_keys",
+    metadata,
+    # the span's end in milliseconds (8 bytes, big-endian) + trace id (16) + span id (8): a retried span
+    # has the same key, new spans land at the end of the index, and expiry is a range delete
+    Column("id", LargeBinary(32), primary_key=True),
+    sqlite_with_rowid=False,
+)
+
+# ... and per-minute request rollups (collector/traces/rollup.py, stored as JSON).
+request_rollups = Table(
+    "llmslo_request_rollups",
+    metadata,
+    Column("start_unix", Integer, primary_key=True),
+    Column("period_seconds", Integer, primary_key=True),  # 60, or 3600 after compaction
+    Column("business_type", String(128), primary_key=True),
+    Column("model", String(512), primary_key=True),
+    Column("tenant", String(256), primary_key=True),
+    Column("measured_at", String(16), primary_key=True),
+    Column("data", Text, nullable=False),
+)
