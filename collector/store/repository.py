@@ -193,25 +193,27 @@ class Store:
         units: dict[SeriesKey, str],
         known: dict[SeriesIdent, int],
     ) -> dict[SeriesIdent, int]:
-        created: dict[SeriesIdent, int] = {}
-        for ident in cells:
-            if ident in known:
-                continue
-            values = _ident_to_row(ident)
-            existing = conn.execute(
-                select(series.c.id).where(
-                    series.c.target_id == target_id, *[series.c[k] == v for k, v in values.items()]
-                )
-            ).scalar()
-            if existing is None:
-                result = conn.execute(
-                    insert(series).values(target_id=target_id, unit=units.get(ident.key, ""), **values)
-                )
-                pk = result.inserted_primary_key
-                assert pk is not None
-                existing = pk[0]
-            created[ident] = int(existing)
-        return created
+        """Ids of the scrape's series the caller does not know yet: two selects and one
+        multi-row insert however many there are (a first scrape of a many-model server)."""
+        missing = {_ident_key(ident): ident for ident in cells if ident not in known}
+        if not missing:
+            return {}
+        columns = (series.c.id, series.c.model, series.c.metric, series.c.kind, series.c.labels, series.c.bounds)
+
+        def stored() -> dict[tuple[str, ...], int]:
+            rows = conn.execute(select(*columns).where(series.c.target_id == target_id))
+            return {(r.model, r.metric, r.kind, r.labels, r.bounds): int(r.id) for r in rows}
+
+        have = stored()
+        new = [
+            {"target_id": target_id, "unit": units.get(ident.key, ""), **_ident_to_row(ident)}
+            for key, ident in missing.items()
+            if key not in have
+        ]
+        if new:
+            conn.execute(insert(series), new)
+            have = stored()
+        return {ident: have[key] for key, ident in missing.items()}
 
     def _merge_cells(self, conn: Connection, period: int, start: int, by_id: dict[int, Cell]) -> None:
         if not by_id:
@@ -388,6 +390,11 @@ def _ident_to_row(ident: SeriesIdent) -> dict[str, str]:
         "labels": json.dumps([list(p) for p in ident.key.labels]),
         "bounds": json.dumps(list(ident.bounds)),
     }
+
+
+def _ident_key(ident: SeriesIdent) -> tuple[str, ...]:
+    row = _ident_to_row(ident)
+    return (row["model"], row["metric"], row["kind"], row["labels"], row["bounds"])
 
 
 def _ident_from_row(row: Any) -> SeriesIdent:
