@@ -31,6 +31,16 @@ def _load(args: argparse.Namespace) -> Settings:
     return settings
 
 
+def _load_or_report(args: argparse.Namespace) -> Settings | None:
+    """The settings, or None after printing every configuration problem."""
+    try:
+        return _load(args)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"config: {problem}", file=sys.stderr)
+        return None
+
+
 def cmd_check_config(args: argparse.Namespace) -> int:
     try:
         settings = _load(args)
@@ -71,11 +81,8 @@ def cmd_db(args: argparse.Namespace) -> int:
     from collector.store import migrate
     from collector.store.repository import make_engine
 
-    try:
-        settings = _load(args)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"config: {problem}", file=sys.stderr)
+    settings = _load_or_report(args)
+    if settings is None:
         return 2
     database = redact_url(settings.resolved_database_url)
     engine = make_engine(settings.resolved_database_url)
@@ -155,11 +162,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from collector.api.app import create_app
 
-    try:
-        settings = _load(args)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"config: {problem}", file=sys.stderr)
+    settings = _load_or_report(args)
+    if settings is None:
         return 2
     if args.rules:
         settings = settings.model_copy(update={"rules": args.rules})
