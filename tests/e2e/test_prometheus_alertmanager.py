@@ -140,11 +140,13 @@ class Stack:
         for proc in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
+        # the simulator (and its span exporter) first, while llmslo still answers: an exporter
+        # whose endpoint is gone retries each batch for up to 30 s
+        asyncio.run_coroutine_threadsafe(self.sim.stop(), self.loop).result(60)
+        self.emitter.shutdown()
         self.llmslo.should_exit = True
         with contextlib.suppress(Exception):
             self.llmslo_task.result(15)
-        asyncio.run_coroutine_threadsafe(self.sim.stop(), self.loop).result(30)
-        self.emitter.shutdown()
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
