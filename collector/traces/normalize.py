@@ -175,7 +175,7 @@ def is_llm_span(span: SpanRecord) -> bool:
     return (
         span.name in ("llm_request", "litellm_request")
         or "gen_ai.latency.e2e" in a
-        or a.get(OPERATION) in GENAI_OPERATIONS
+        or (isinstance(op := a.get(OPERATION), str) and op in GENAI_OPERATIONS)
         or "llm.token_count.prompt" in a
         or "gen_ai.usage.input_tokens" in a
         or "gen_ai.usage.prompt_tokens" in a
