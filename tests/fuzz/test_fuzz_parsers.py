@@ -7,6 +7,7 @@ The default suite runs a small share (FUZZ_EXAMPLES, 300 each); the benchmark-st
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
@@ -66,9 +67,8 @@ def exposition(draw: st.DrawFn) -> str:
             lines.append(f"{name}{{{body}}} {text}{ts}" if labels or draw(st.booleans()) else f"{name} {text}{ts}")
         elif kind == "type":
             family = name.removesuffix("_total").removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
-            lines.append(
-                f"# TYPE {family} {draw(st.sampled_from(['counter', 'gauge', 'histogram', 'summary', 'untyped', 'bogus']))}"
-            )
+            kind_name = draw(st.sampled_from(["counter", "gauge", "histogram", "summary", "untyped", "bogus"]))
+            lines.append(f"# TYPE {family} {kind_name}")
         elif kind == "help":
             lines.append(f"# HELP {name} {draw(LABEL_VALUES)}")
         elif kind == "comment":
@@ -110,10 +110,8 @@ def test_the_exposition_parser_agrees_with_prometheus_client_or_rejects_with_a_l
             if key in theirs:
                 assert _same(value, theirs[key]), (key, value, theirs[key])
     # and the vLLM layer on top never raises anything but the documented rejection
-    try:
+    with contextlib.suppress(ExpositionError):
         read_scrape(text, sample_limit=1000, model_limit=8)
-    except ExpositionError:
-        pass
 
 
 ATTR_KEYS = st.sampled_from(
@@ -193,7 +191,5 @@ def test_the_otlp_decoder_agrees_with_protobuf_and_normalisation_only_rejects(
         )
         for span in ours:
             if is_llm_span(span):
-                try:
+                with contextlib.suppress(Rejected):
                     normalize(span, now_unix=1_800_000_000.0)
-                except Rejected:
-                    pass
