@@ -7,7 +7,7 @@ import gc
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import uvicorn
 from fastapi import FastAPI, HTTPException, Query, Request, Response
@@ -63,16 +63,55 @@ async def _start_otlp_port(rt: Runtime, settings: Settings) -> tuple[EmbeddedSer
 
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/v1/traces"})
+# A window is whole minutes (merges of minute rollups): the schema says so, so
+# FastAPI answers anything else with its standard 422 before a handler runs.
+WindowQuery = Annotated[
+    str,
+    Query(
+        description="window length in whole minutes, hours, days or weeks: 1m, 5m, 1h, 7d, 4w",
+        pattern=r"^[1-9][0-9]{0,5}[mhdw]$",
+    ),
+]
+
+
+_binary = {"schema": {"type": "string", "format": "binary"}}
+OTLP_REQUEST_BODY = {
+    "required": True,
+    "description": "An OTLP ExportTraceServiceRequest (gzip or deflate with Content-Encoding)",
+    "content": {"application/x-protobuf": _binary, "application/json": _binary},
+}
+OTLP_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "committed; partial_success names rejected spans",
+        "content": {"application/x-protobuf": _binary, "application/json": {"schema": {"type": "object"}}},
+    },
+    **{
+        code: {"description": why, "content": {"text/plain": {"schema": {"type": "string"}}}}
+        for code, why in (
+            (400, "undecodable or too deeply nested body"),
+            (401, "missing or invalid ingest key"),
+            (408, "body not received within traces.body_read_timeout"),
+            (413, "body over traces.max_body_bytes"),
+            (415, "unsupported Content-Type or Content-Encoding"),
+            (503, "ingest queue full or store unavailable; Retry-After says when to retry"),
+        )
+    },
+}
 
 
 def window_seconds(window: str) -> float:
     """A `window` query parameter: a duration of whole minutes, else 422 naming the problem."""
+    problem = None
     try:
         seconds = parse_duration(window)
     except ValueError as exc:
-        raise HTTPException(422, f"window: {exc}") from None
-    if seconds % 60:
-        raise HTTPException(422, f"window: {window!r} is not a whole number of minutes")
+        problem = str(exc)
+    else:
+        if seconds % 60:
+            problem = f"{window!r} is not a whole number of minutes"
+    if problem is not None:  # the shape FastAPI's own 422 has (the OpenAPI schema promises it)
+        detail = [{"type": "value_error", "loc": ["query", "window"], "msg": f"window: {problem}", "input": window}]
+        raise HTTPException(422, detail)
     return seconds
 
 
@@ -166,7 +205,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
     @app.get("/api/v1/serving", response_model=ServingResponse, tags=["serving"])
     async def serving(
         rt: RuntimeDep,
-        window: Annotated[str, Query(description="window length, whole minutes: 1m, 5m, 1h")] = "5m",
+        window: WindowQuery = "5m",
         target: str | None = None,
         model: str | None = None,
         business_type: str | None = None,
@@ -175,7 +214,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         report = await asyncio.to_thread(rt.report, seconds, rt.now(), target, model, business_type)
         return report_out(format_duration(seconds), report)
 
-    @app.post("/v1/traces", tags=["traces"], response_class=Response)
+    @app.post(
+        "/v1/traces",
+        tags=["traces"],
+        response_class=Response,
+        responses=OTLP_RESPONSES,
+        openapi_extra={"requestBody": OTLP_REQUEST_BODY},
+    )
     async def otlp_traces(rt: RuntimeDep, request: Request) -> Response:
         """OTLP/HTTP trace export (protobuf or JSON, gzip or deflate)."""
         return await rt.traces.handle(request)
@@ -183,7 +228,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
     @app.get("/api/v1/requests/summary", response_model=RequestSummaryResponse, tags=["traces"])
     async def requests_summary(
         rt: RuntimeDep,
-        window: Annotated[str, Query(description="window length, whole minutes: 1m, 5m, 1h")] = "5m",
+        window: WindowQuery = "5m",
         business_type: str | None = None,
         tenant: str | None = None,
         model: str | None = None,
