@@ -372,6 +372,7 @@ class RequestSummaryResponse(BaseModel):
     latencies: dict[str, RequestLatency]
     measured_at: list[str]
     tenants: dict[str, int]
+    fields_reported: dict[str, dict[str, float]]  # per clock: share of requests reporting each field
     engine: list[EngineBreakdown]
 
 
@@ -404,6 +405,7 @@ def summary_out(
         },
         measured_at=list(s.measured_at),
         tenants=s.tenants,
+        fields_reported=s.fields_reported,
         engine=engine,
     )
 

@@ -34,6 +34,9 @@ class RequestSummary:
     latencies: dict[str, LatencySummary]
     measured_at: tuple[str, ...]
     tenants: dict[str, int]
+    # per clock (engine, gateway, client): the share of its requests that report each optional
+    # field; a source that never reports one (vLLM's spans: cached tokens, finish reason) says 0
+    fields_reported: dict[str, dict[str, float]]
 
 
 def summarize(
@@ -44,6 +47,7 @@ def summarize(
     measured_at: str | None = None,
 ) -> RequestSummary:
     merged = RequestCell()
+    by_clock: dict[str, RequestCell] = {}
     clocks: set[str] = set()
     tenants: dict[str, int] = {}
     for key, cell in rows:
@@ -55,6 +59,7 @@ def summarize(
         ):
             continue
         merged.merge(cell)
+        by_clock.setdefault(key.measured_at, RequestCell()).merge(cell)
         clocks.add(key.measured_at)
         tenants[key.tenant] = tenants.get(key.tenant, 0) + cell.total
     latencies = {}
@@ -83,4 +88,24 @@ def summarize(
         latencies=latencies,
         measured_at=tuple(sorted(clocks)),
         tenants=tenants,
+        fields_reported={clock: _fields_reported(cell) for clock, cell in sorted(by_clock.items())},
     )
+
+
+def _fields_reported(cell: RequestCell) -> dict[str, float]:
+    """Share of requests (of input tokens, for cached tokens) whose span carried each field."""
+    n = cell.total
+    if not n:
+        return {}
+
+    def sketched(name: str) -> float:
+        sk = cell.sketches.get(name)
+        return sk.count / n if sk is not None else 0.0
+
+    return {
+        "ttft": sketched("ttft"),
+        "tpot": sketched("tpot"),
+        "queue": sketched("queue"),
+        "finish_reason": 1.0 - cell.finish.get("unknown", 0) / n,
+        "cached_input_tokens": cell.cache_reported_input_tokens / cell.input_tokens if cell.input_tokens else 0.0,
+    }

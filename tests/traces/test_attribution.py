@@ -110,6 +110,8 @@ def test_vllm_spans_are_attributed_to_the_target_their_resource_names(tmp_path: 
     assert summary["input_tokens"] == 400
     # vLLM's spans carry no cached-token count: the ratio is not reported, never 0
     assert summary["cache_hit_ratio"] is None and summary["cache_reported_share"] == 0.0
+    reported = summary["fields_reported"]["engine"]
+    assert reported["ttft"] == 1.0 and reported["cached_input_tokens"] == 0.0 and reported["finish_reason"] == 0.0
     # the model comes from the target (the one model its scrapes show)
     engine = summary["engine"]
     assert isinstance(engine, list) and [e["model"] for e in engine] == [MODEL]
