@@ -24,7 +24,7 @@ from fastapi import Request, Response
 from collector.conventions import TRACE_STORE_BUCKETS
 from collector.histogram import Histogram
 from collector.traces import otlp
-from collector.traces.cardinality import CardinalityGuard
+from collector.traces.cardinality import UNASSIGNED, CardinalityGuard
 from collector.traces.normalize import Rejected, Rule, is_llm_span, normalize, wanted_attributes
 from collector.traces.rollup import LatencyTarget
 from collector.traces.store import ingest, ingest_now
@@ -57,6 +57,7 @@ class TraceIngest:
         if runtime.rules is not None:
             known |= {bt.name for bt in runtime.rules.business_types}
         self.guard = CardinalityGuard(known, cfg.max_tenants_per_minute, cfg.max_models_per_minute)
+        self.warned_sources: set[str] = set()
         self.wanted = wanted_attributes(self.rules)
         if not otlp.SCANNER_BUILT:
             log.warning("C span scanner not built (no compiler at install): traces are decoded in Python, slower")
@@ -132,7 +133,10 @@ class TraceIngest:
                 continue
             try:
                 source = fleet.source_of(span.resource, models_seen) if span.resource else None
-                records.append(normalize(span, self.rules, self.cfg.default_business_type, source, now))
+                record = normalize(span, self.rules, self.cfg.default_business_type, source, now)
+                records.append(record)
+                if record.business_type == UNASSIGNED:
+                    self._warn_unassigned(span)
             except Rejected as exc:
                 reasons[str(exc)] += 1
         self.guard.apply(records)
@@ -155,6 +159,18 @@ class TraceIngest:
         self.spans["rejected"] += rejected
         message = "; ".join(f"{n} span(s): {why}" for why, n in reasons.most_common(5))
         return Outcome(200, message, rejected)
+
+    def _warn_unassigned(self, span: otlp.SpanRecord) -> None:
+        """A warning once per source (service.name) whose spans belong to no business type."""
+        service = str(span.resource.get("service.name", "")) if span.resource else ""
+        if service not in self.warned_sources and len(self.warned_sources) < 1000:
+            self.warned_sources.add(service)
+            log.warning(
+                "spans from service.name %r belong to no business type (counted as %r): set "
+                "llmslo.business_type, a traces.classification rule, or a target's service_name",
+                service,
+                UNASSIGNED,
+            )
 
     async def handle(self, request: Request) -> Response:
         """OTLP/HTTP: `POST /v1/traces`."""

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -60,7 +61,9 @@ def vllm_spans(resource: dict[str, str], n: int) -> bytes:
     return encode_spans(capture.spans).SerializeToString()
 
 
-def test_vllm_spans_are_attributed_to_the_target_their_resource_names(tmp_path: Path) -> None:
+def test_vllm_spans_are_attributed_to_the_target_their_resource_names(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     body = render(FAMILIES["0.33"], {(MODEL, "0"): workload(1)}).encode()
     with target_server({"/metrics": Behaviour(lambda: body)}) as srv:
         settings = Settings.model_validate(
@@ -105,6 +108,8 @@ def test_vllm_spans_are_attributed_to_the_target_their_resource_names(tmp_path: 
         out = asyncio.run(run())
     assert out["chat"]["requests"] == 4 and out["customer_service"]["requests"] == 3
     assert out["unassigned"]["requests"] == 2
+    warned = [r.message for r in caplog.records if "belong to no business type" in r.message]
+    assert len(warned) == 1 and "unknown_service:python" in warned[0]  # once, naming the source
     assert out["by_model"]["requests"] == 7  # both targets serve MODEL; the unattributed spans have none
     summary = out["chat"]
     assert summary["input_tokens"] == 400
