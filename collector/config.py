@@ -122,7 +122,7 @@ class ScrapeConfig(_Strict):
     timeout: Duration = 10.0
     jitter_ratio: float = Field(0.1, ge=0.0, le=0.5)
     max_body_bytes: int = Field(10 * 1024 * 1024, gt=0)
-    backoff_max: Duration = 300.0
+    backoff_max: Duration = 60.0  # a recovered server is seen within a minute
     # On a target's first scrape, count its counters from zero when its server started at most
     # this long ago (created-timestamp semantics); a server running longer is taken as a baseline.
     startup_lookback: Duration = 600.0

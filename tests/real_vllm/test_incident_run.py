@@ -179,7 +179,9 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
                 complete(vllm.base, f"{SHARED_PREFIX} after restart {i}", 8)
             wait_idle(vllm)
             after = raw(vllm)
-            time.sleep(3)  # scraped, evaluated
+            # a target that was up backs off while down (at most scrape.backoff_max, 1 minute)
+            wait_for(lambda: scraper.status.up is True, 75, "no scrape after the restart")
+            time.sleep(3)  # scraped again, evaluated
             assert scraper.status.restarts_total == 1
             wait_for(lambda: ("LLMSLOTargetRestarted", "ticket") in firing(), 20, "no restart ticket")
             # the restart's delta covers the new process's lifetime, not the outage before it
