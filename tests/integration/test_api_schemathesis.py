@@ -3,21 +3,19 @@ targets and traces in it): no 5xx for any generated request, responses match the
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from collector.api.app import create_app
-from collector.api.embedded import EmbeddedServer
 from collector.config import Settings
 from collector.runtime import Runtime
+from tests.embedded import serving
 from tests.real_vllm.conftest import free_port
 from tests.targets import Behaviour, target_server, vllm_body
 
@@ -36,19 +34,9 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
             }
         )
         port = free_port()
-        server = EmbeddedServer(
-            uvicorn.Config(create_app(cfg, Runtime(cfg)), host="127.0.0.1", port=port, log_level="warning")
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.05)
-        time.sleep(2)  # a couple of scrapes and an evaluation
-        try:
+        with serving(create_app(cfg, Runtime(cfg)), port):
+            time.sleep(2)  # a couple of scrapes and an evaluation
             yield schemathesis.openapi.from_url(f"http://127.0.0.1:{port}/openapi.json")
-        finally:
-            server.should_exit = True
-            thread.join(timeout=10)
 
 
 def test_no_5xx_and_responses_match_the_schema(api_schema) -> None:  # type: ignore[no-untyped-def]

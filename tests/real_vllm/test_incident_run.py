@@ -5,6 +5,7 @@ healthy traffic, an overload, a prefix-cache collapse and a restart, with the sh
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,13 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 import yaml
 
 from collector.api.app import create_app
-from collector.api.embedded import EmbeddedServer
 from collector.config import Settings
 from collector.runtime import Runtime
+from tests.embedded import serving
 from tests.real_vllm.conftest import SERVED_MODEL, VllmServer, free_port
 from tests.real_vllm.test_real_vllm import SHARED_PREFIX, raw, wait_idle
 
@@ -107,11 +107,6 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
             }
         )
         rt = Runtime(settings)
-        server = EmbeddedServer(
-            uvicorn.Config(create_app(settings, rt), host="127.0.0.1", port=llmslo_port, log_level="warning")
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
         api = httpx.Client(base_url=f"http://127.0.0.1:{llmslo_port}", timeout=30)
 
         def firing() -> set[tuple[str, str]]:
@@ -128,9 +123,8 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
                 time.sleep(1)
 
         scraper = rt.scrapers["chat-0"]
-        try:
-            while not server.started:
-                time.sleep(0.05)
+        with serving(create_app(settings, rt), llmslo_port), contextlib.ExitStack() as cleanup:
+            cleanup.callback(vllm.stop)
             vllm.start()  # llmslo is already running; the target cannot be scraped yet
             # traffic before llmslo's first successful scrape
             for i in range(6):
@@ -216,7 +210,3 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
             chat = api.get("/api/v1/requests/summary", params={"window": "1h", "business_type": "chat"}).json()
             assert by_model["requests"] == chat["requests"] == every["requests"]
             assert chat["cache_hit_ratio"] is None  # vLLM's spans do not report cached tokens
-        finally:
-            vllm.stop()
-            server.should_exit = True
-            thread.join(timeout=15)

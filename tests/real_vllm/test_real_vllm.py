@@ -282,53 +282,41 @@ def test_a_vllm_restart_mid_test_loses_no_request_and_gives_no_negative_delta(
 def test_vllms_own_spans_agree_with_its_histograms(vllm_python: Path, tiny_model: Path, tmp_path: Path) -> None:
     """vLLM exports one `llm_request` span per finished request to llmslo over OTLP/HTTP; the
     ingested records must agree with the engine's own counters and histograms."""
-    import threading
-
-    import uvicorn
-
     from collector.api.app import create_app
-    from collector.api.embedded import EmbeddedServer
+    from tests.embedded import serving
     from tests.real_vllm.conftest import free_port
 
     port = free_port()
     settings = Settings.model_validate({"data_dir": str(tmp_path / "llmslo")})
-    server = EmbeddedServer(
-        uvicorn.Config(create_app(settings, schedule=False), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
     vllm = VllmServer(
         vllm_python, tiny_model, log_path=tmp_path / "vllm.log", otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces"
     )
-    vllm.start()
-    try:
-        wait_idle(vllm)
-        before = raw(vllm)
-        # no client disconnect here: vLLM may count such a request finished yet export no span for it
-        run_workload(vllm, disconnect=False)
-        wait_idle(vllm)
-        after = raw(vllm)
-        delta = diff(after, before)
-        finished = sum(v for (name, _), v in delta.items() if name == "vllm:request_success_total")
+    with serving(create_app(settings, schedule=False), port):
+        vllm.start()
+        try:
+            wait_idle(vllm)
+            before = raw(vllm)
+            # no client disconnect here: vLLM may count such a request finished yet export no span for it
+            run_workload(vllm, disconnect=False)
+            wait_idle(vllm)
+            after = raw(vllm)
+            delta = diff(after, before)
+            finished = sum(v for (name, _), v in delta.items() if name == "vllm:request_success_total")
 
-        def summary() -> dict[str, object]:
-            r = httpx.get(
-                f"http://127.0.0.1:{port}/api/v1/requests/summary", params={"window": "1h", "measured_at": "engine"}
-            )
-            data: dict[str, object] = r.json()
-            return data
+            def summary() -> dict[str, object]:
+                r = httpx.get(
+                    f"http://127.0.0.1:{port}/api/v1/requests/summary", params={"window": "1h", "measured_at": "engine"}
+                )
+                data: dict[str, object] = r.json()
+                return data
 
-        deadline = time.monotonic() + 30  # vLLM's BatchSpanProcessor exports every few seconds
-        s = summary()
-        while time.monotonic() < deadline and s["requests"] != finished:
-            time.sleep(1)
+            deadline = time.monotonic() + 30  # vLLM's BatchSpanProcessor exports every few seconds
             s = summary()
-    finally:
-        vllm.stop()
-        server.should_exit = True
-        thread.join(timeout=10)
+            while time.monotonic() < deadline and s["requests"] != finished:
+                time.sleep(1)
+                s = summary()
+        finally:
+            vllm.stop()
     assert s["requests"] == finished == delta[("vllm:time_to_first_token_seconds_count", ())]
     assert s["input_tokens"] == delta[("vllm:request_prompt_tokens_sum", ())]
     assert s["output_tokens"] == delta[("vllm:request_generation_tokens_sum", ())]

@@ -4,16 +4,14 @@ is taken (as the OpenTelemetry Collector's HTTP server bounds reads)."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 from collector.api.app import create_app
-from collector.api.embedded import EmbeddedServer
 from collector.config import Settings
+from tests.embedded import serving
 from tests.real_vllm.conftest import free_port
 from tests.traces.test_ingest import good_json
 
@@ -23,18 +21,11 @@ def test_slow_senders_hold_no_slot_and_a_short_body_is_answered_408(tmp_path: Pa
     settings = Settings.model_validate(
         {"data_dir": str(tmp_path), "traces": {"max_concurrent_batches": 2, "body_read_timeout": "3s"}}
     )
-    server = EmbeddedServer(
-        uvicorn.Config(create_app(settings, schedule=False), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
     head = (
         b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
     )
     slow = []
-    try:
+    with serving(create_app(settings, schedule=False), port):
         for _ in range(4):  # twice as many as there are slots, dribbling one byte at a time
             s = socket.create_connection(("127.0.0.1", port))
             s.sendall(head + b"{")
@@ -51,8 +42,5 @@ def test_slow_senders_hold_no_slot_and_a_short_body_is_answered_408(tmp_path: Pa
             s.settimeout(10)
             answer = s.recv(4096).decode(errors="replace")
             assert answer.startswith("HTTP/1.1 408"), answer
-    finally:
         for s in slow:
             s.close()
-        server.should_exit = True
-        thread.join(timeout=10)
