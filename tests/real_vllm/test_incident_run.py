@@ -208,5 +208,8 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
             assert every["requests"] >= want * 0.75, (every["requests"], want)
             by_model = api.get("/api/v1/requests/summary", params={"window": "1h", "model": SERVED_MODEL}).json()
             chat = api.get("/api/v1/requests/summary", params={"window": "1h", "business_type": "chat"}).json()
-            assert by_model["requests"] == chat["requests"] == every["requests"]
+            assert chat["requests"] == every["requests"]  # every span placed by its target
+            # the model is the one the target's scrapes show: spans exported before llmslo's first
+            # successful scrape (the 6 early requests) cannot know it unless default_model is set
+            assert every["requests"] - 6 <= by_model["requests"] <= every["requests"]
             assert chat["cache_hit_ratio"] is None  # vLLM's spans do not report cached tokens

@@ -57,7 +57,13 @@ class Server:
             text=True,
             env=env,
         )
-        wait_for(lambda: httpx.get(f"{self.base}/readyz").status_code == 200)
+        try:
+            wait_for(lambda: httpx.get(f"{self.base}/readyz").status_code == 200)
+        except AssertionError:
+            if self.proc.poll() is None:
+                raise
+            out, _ = self.proc.communicate(timeout=5)
+            raise AssertionError(f"llmslo serve exited with {self.proc.returncode}:\n{out[-3000:]}") from None
 
     def stop(self, sig: int = signal.SIGINT) -> str:
         assert self.proc is not None
