@@ -198,12 +198,15 @@ def normalize(
     default_business_type: str = "unassigned",
     source: Source | None = None,
     now_unix: float | None = None,
+    merge_resource: bool = True,
 ) -> RequestRecord:
     """Raises Rejected with the reason for an unusable span.
 
     Business type: the span's `llmslo.business_type`, else its source target's (the fleet map),
     else `default_business_type`; classification rules that match override it."""
-    a = {**span.resource, **span.attributes} if span.resource else span.attributes
+    # resource attributes count as the span's own (a tenant set on the resource); the caller may
+    # skip the merge for a resource holding only what attribution reads (service.name)
+    a = {**span.resource, **span.attributes} if span.resource and merge_resource else span.attributes
     start, end = span.start_time_unix_nano, span.end_time_unix_nano
     if start <= 0 or end <= 0:
         raise Rejected("missing start or end timestamp")

@@ -25,7 +25,15 @@ from collector.conventions import TRACE_STORE_BUCKETS
 from collector.histogram import Histogram
 from collector.traces import otlp
 from collector.traces.cardinality import UNASSIGNED, CardinalityGuard
-from collector.traces.normalize import Rejected, Rule, is_llm_span, normalize, wanted_attributes
+from collector.traces.normalize import (
+    SOURCE_ATTRIBUTES,
+    Rejected,
+    Rule,
+    Source,
+    is_llm_span,
+    normalize,
+    wanted_attributes,
+)
 from collector.traces.rollup import LatencyTarget
 from collector.traces.store import ingest, ingest_now
 
@@ -58,6 +66,8 @@ class TraceIngest:
             known |= {bt.name for bt in runtime.rules.business_types}
         self.guard = CardinalityGuard(known, cfg.max_tenants_per_minute, cfg.max_models_per_minute)
         self.warned_sources: set[str] = set()
+        # resource keys read only for attribution: a resource with nothing else needs no merge
+        self.source_only = frozenset(SOURCE_ATTRIBUTES) - {r.attribute for r in self.rules}
         self.wanted = wanted_attributes(self.rules)
         if not otlp.SCANNER_BUILT:
             log.warning("C span scanner not built (no compiler at install): traces are decoded in Python, slower")
@@ -127,13 +137,21 @@ class TraceIngest:
         def models_seen(target: str) -> tuple[str, ...]:
             return scrapers[target].status.models if target in scrapers else ()
 
+        # spans of one ResourceSpans share one resource dict: place it once
+        last_resource: object = None
+        source: Source | None = None
+        merge = True
         for span in spans:
             if not is_llm_span(span):
                 self.spans["ignored"] += 1
                 continue
             try:
-                source = fleet.source_of(span.resource, models_seen) if span.resource else None
-                record = normalize(span, self.rules, self.cfg.default_business_type, source, now)
+                resource = span.resource
+                if resource is not last_resource:
+                    last_resource = resource
+                    source = fleet.source_of(resource, models_seen) if resource else None
+                    merge = bool(resource) and not resource.keys() <= self.source_only
+                record = normalize(span, self.rules, self.cfg.default_business_type, source, now, merge)
                 records.append(record)
                 if record.business_type == UNASSIGNED:
                     self._warn_unassigned(span)
