@@ -194,8 +194,9 @@ class Settings(_Strict):
     windows: list[Duration] = Field(default_factory=lambda: [60.0, 300.0, 3600.0], min_length=1)
     derive_interval: Duration = 15.0
     # Windows up to this long slide over the last scrapes' deltas kept in memory (a `1m` window is
-    # the last 60 s, never empty at the start of a minute); longer ones merge minute rollups.
-    sliding_horizon: Duration = 300.0
+    # the last 60 s, never empty at the start of a minute); longer ones merge minute rollups. Memory
+    # grows with it: every target keeps horizon / interval scrapes of cells.
+    sliding_horizon: Duration = 60.0
     business_types: list[str] = Field(default_factory=lambda: list(DEFAULT_BUSINESS_TYPES))
     targets: list[TargetConfig] = Field(default_factory=list)
 
