@@ -1,4 +1,5 @@
-"""The `llmslo` command: serve, check-config, inspect, example-target."""
+"""The `llmslo` command: serve, demo, simulate, check-config, check, generate, db, inspect,
+example-target."""
 
 from __future__ import annotations
 
@@ -231,7 +232,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         body = resp.content
         content_type = content_type or resp.headers.get("content-type")
     else:
-        body = Path(source).read_bytes()
+        try:
+            body = Path(source).read_bytes()
+        except OSError as exc:
+            print(f"{source}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     try:
         snap = read_scrape(body, content_type)
     except ExpositionError as exc:
