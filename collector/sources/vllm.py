@@ -294,8 +294,7 @@ def read_scrape(
         else:
             builder.count = value
     if model_limit:
-        ignored = (_PART_PROCESS_START, _PART_CREATED)
-        models = {slot.ident[0].model for slot, _value, _line, _key in slots if slot.part not in ignored}
+        models = {series.model for series, _rank, _engine in (*scalars, *hists)}  # one entry per series
         if len(models) > model_limit:
             raise ExpositionError(
                 "model_limit",
