@@ -120,7 +120,9 @@ class TargetConfig(_Strict):
 class ScrapeConfig(_Strict):
     interval: Duration = 15.0
     timeout: Duration = 10.0
-    jitter_ratio: float = Field(0.1, ge=0.0, le=0.5)
+    # Ignored since scrapes run on fixed per-target slots (collector/sources/scrapeloop.py); still
+    # accepted so that existing configuration files load.
+    jitter_ratio: float = Field(0.1, ge=0.0, le=0.5, description="deprecated and ignored")
     max_body_bytes: int = Field(10 * 1024 * 1024, gt=0)
     backoff_max: Duration = 60.0  # a recovered server is seen within a minute
     # On a target's first scrape, count its counters from zero when its server started at most

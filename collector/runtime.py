@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec
 
+import certifi
 import httpx
 
 from collector import conventions as conv
@@ -26,6 +27,8 @@ from collector.slo.evaluate import SloStatus, evaluate, period_bounds
 from collector.slo.incidents import TargetHealth, cache_alerts, target_alerts
 from collector.slo.spec import SloRules, load_rules
 from collector.sources.scrape import TargetScraper
+from collector.sources.scrapeloop import ScrapeLoops
+from collector.store.committer import GroupCommitter
 from collector.store.repository import Store
 from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.service import TraceIngest
@@ -66,11 +69,16 @@ class Runtime:
     def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self.settings = settings
         self.store = store or Store(settings.resolved_database_url, settings.database_wait)
-        self.client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
+        # One TLS context for every client (loading the CA bundle costs milliseconds and memory each).
+        self.tls = ssl.create_default_context(cafile=certifi.where())
+        self.client = httpx.AsyncClient(follow_redirects=False, trust_env=False, verify=self.tls)  # Alertmanager
         self.store_lock = asyncio.Lock()
+        self.committer = GroupCommitter(self.store, self.store_lock)
         self.scrapers: dict[str, TargetScraper] = {
-            t.name: TargetScraper(t, settings, self.store, self.client, self.store_lock) for t in settings.targets
+            t.name: TargetScraper(t, settings, self.store, self._scrape_client(t), self.committer)
+            for t in settings.targets
         }
+        self.loops = ScrapeLoops(list(self.scrapers.values()), self.tracked)
         self.targets: dict[str, TargetConfig] = {t.name: t for t in settings.targets}
         self.snapshot = Snapshot()
         self.rules: SloRules | None = load_rules(settings.rules).rules if settings.rules else None
@@ -80,7 +88,6 @@ class Runtime:
         self.traces = TraceIngest(self)
         self.request_snapshot: dict[tuple[float, str, str], RequestSummary] = {}
         self.started = False
-        self.rng = random.Random()
         self.inflight: set[asyncio.Task[object]] = set()
 
     async def start(self) -> None:
@@ -117,9 +124,20 @@ class Runtime:
             limit = max([self.settings.target_timeout(t) for t in self.settings.targets] + [1.0]) + 5.0
             await asyncio.wait(set(self.inflight), timeout=limit)
 
+    def _scrape_client(self, target: TargetConfig) -> httpx.AsyncClient:
+        """A client per target, as Prometheus keeps a connection per target: its pool holds that
+        one keep-alive connection, so no request ever searches (or waits in) a pool shared by a
+        thousand others."""
+        interval = self.settings.target_interval(target)
+        limits = httpx.Limits(max_connections=2, max_keepalive_connections=1, keepalive_expiry=2 * interval + 5)
+        return httpx.AsyncClient(follow_redirects=False, trust_env=False, verify=self.tls, limits=limits)
+
     async def close(self) -> None:
         await self.drain()
         await self.client.aclose()
+        for scraper in self.scrapers.values():
+            if scraper.client is not None:
+                await scraper.client.aclose()
         self.store.close()
 
     def business_type_of(self, target: str, model: str) -> str | None:
@@ -246,10 +264,6 @@ class Runtime:
     async def scrape_all_once(self) -> None:
         """Scrape every target concurrently (used by tests and `llmslo scrape`)."""
         await asyncio.gather(*(s.scrape_once() for s in self.scrapers.values()))
-
-    def first_delay(self, interval: float) -> float:
-        """Spread the first scrapes over one interval so many targets never fire together."""
-        return self.rng.uniform(0, interval * self.settings.scrape.jitter_ratio * 2)
 
     @staticmethod
     def now() -> float:

@@ -1,4 +1,8 @@
-"""APScheduler wiring: it only triggers; the work is in Runtime and the functions it calls."""
+"""APScheduler wiring: it only triggers; the work is in Runtime and the functions it calls.
+
+Scrapes are not APScheduler jobs: each target runs on its own fixed slots
+(collector/sources/scrapeloop.py), which an interval trigger with jitter cannot give (it adds the
+jitter to the previous run time, so the schedule drifts and targets bunch up)."""
 
 from __future__ import annotations
 
@@ -15,19 +19,11 @@ log = logging.getLogger(__name__)
 
 
 def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
-    """One job per target (its own interval, jitter and a spread first run), plus derive and compaction."""
+    """Derive, SLO evaluation and compaction (scrapes run in Runtime.loops)."""
     scheduler = AsyncIOScheduler(
         timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
     )
     now = datetime.now(UTC)
-    for name, scraper in runtime.scrapers.items():
-        interval = scraper.interval
-        scheduler.add_job(
-            runtime.tracked(scraper.run_scheduled),
-            IntervalTrigger(seconds=interval, jitter=interval * runtime.settings.scrape.jitter_ratio),
-            id=f"scrape:{name}",
-            next_run_time=now + timedelta(seconds=runtime.first_delay(interval)),
-        )
     scheduler.add_job(
         runtime.tracked(_derive),
         IntervalTrigger(seconds=runtime.settings.derive_interval),

@@ -123,6 +123,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         scheduler = build_scheduler(rt) if schedule else None
         if scheduler is not None:
             scheduler.start()
+            rt.loops.start()
         otlp = await _start_otlp_port(rt, settings)
         grpc_port = settings.traces.otlp_grpc_port
         grpc = await start_grpc(rt.traces, settings.server.host, grpc_port) if grpc_port is not None else None
@@ -135,6 +136,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
                 otlp[0].should_exit = True
                 await otlp[1]
             if scheduler is not None:
+                rt.loops.stop()
                 scheduler.pause()  # no new runs; running ones finish (shutdown would cancel them)
                 await rt.drain()
                 scheduler.shutdown(wait=False)

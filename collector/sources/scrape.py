@@ -23,7 +23,8 @@ from collector.rollup import Cell, DeltaTracker, SeriesIdent
 from collector.secrets import redact_url, scrub
 from collector.sources.expfmt import ExpositionError
 from collector.sources.vllm import EngineSnapshot, SeriesKey, SlotCache, new_cache, read_scrape
-from collector.store.repository import Store
+from collector.store.committer import GroupCommitter
+from collector.store.repository import OpenMinute, ScrapeCommit, Store
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +79,14 @@ class TargetScraper:
         settings: Settings,
         store: Store,
         client: httpx.AsyncClient | None = None,
-        store_lock: asyncio.Lock | None = None,
+        committer: GroupCommitter | None = None,
     ) -> None:
         self.target = target
         self.settings = settings
         self.store = store
         self.client = client
-        self.store_lock = store_lock or asyncio.Lock()
+        self.committer = committer or GroupCommitter(store, asyncio.Lock())
+        self.open_minute = OpenMinute()  # this minute's rows as stored: commits merge without reading
         self.status = TargetStatus(target.name, redact_url(target.url))
         self.cache: SlotCache = new_cache()
         self.tracker = DeltaTracker()
@@ -225,20 +227,36 @@ class TargetScraper:
             raise ScrapeError(conv.REASON_CONNECT, f"{type(exc).__name__}: {exc}") from None
 
     async def _commit(self, snapshot: EngineSnapshot, now: float) -> None:
-        async with self.store_lock:
-            await asyncio.to_thread(self._store, snapshot, now)
+        item = self._prepare(snapshot, now)
+        try:
+            await self.committer.commit(item)
+        except Exception as exc:
+            raise ScrapeError(conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}") from exc
+        self._adopt(item, now)
 
     def _store(self, snapshot: EngineSnapshot, now: float) -> None:
-        """Deltas since the last committed scrape, committed; the state advances only then."""
+        """The synchronous path (fast-clock simulation): commit alone, then adopt."""
+        item = self._prepare(snapshot, now)
+        try:
+            self.store.commit_scrapes([item])
+        except Exception as exc:
+            raise ScrapeError(conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}") from exc
+        self._adopt(item, now)
+
+    def _prepare(self, snapshot: EngineSnapshot, now: float) -> ScrapeCommit:
+        """Deltas since the last committed scrape; nothing of this target changes until `_adopt`."""
         target_id = self.target_id
         assert target_id is not None
         deltas = self.tracker.observe(snapshot, now, self.settings.scrape.startup_lookback)
-        try:
-            self.store.commit_scrape(target_id, deltas, snapshot.units, self.series_ids, now)
-        except Exception as exc:
-            raise ScrapeError(conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}") from exc
+        return ScrapeCommit(
+            target_id, deltas, snapshot.units, self.series_ids, now, self.open_minute, self.tracker.baseline_unix
+        )
+
+    def _adopt(self, item: ScrapeCommit, now: float) -> None:
+        """The scrape is stored: the delta state advances, and the sliding windows see it."""
+        deltas = item.deltas
         self.tracker.commit(deltas, now)
-        self._remember(RecentScrape(now, deltas.cells, snapshot.units))
+        self._remember(RecentScrape(now, deltas.cells, item.units))
         status = self.status
         status.counter_resets_total += deltas.resets
         status.process_start_unix = deltas.process_start_unix

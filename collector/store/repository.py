@@ -160,30 +160,52 @@ class Store:
         series_ids: dict[SeriesIdent, int],
         now_unix: float,
     ) -> None:
-        """Add the scrape's cells to their minute rows and store the new state, atomically.
+        """Commit one scrape on its own (see `commit_scrapes`), reading its minute rows back."""
+        self.commit_scrapes([ScrapeCommit(target_id, deltas, units, series_ids, now_unix)])
 
-        `series_ids` is the caller's cache; it is updated only after the commit succeeds.
-        """
+    def commit_scrapes(self, batch: Sequence[ScrapeCommit]) -> None:
+        """Add each scrape's cells to their minute rows and store the new state, all in one
+        transaction (a group commit: many targets' scrapes share one fsync).
+
+        A scrape with an `OpenMinute` whose rows are known (see there) is merged in memory; the
+        others read their minute rows first. Callers' caches (`series_ids`, `OpenMinute`) change
+        only after the commit succeeded (`adopt`)."""
         with self.engine.begin() as conn:
-            new_ids = self._create_series(conn, target_id, deltas.cells, units, series_ids)
-            ids = {**series_ids, **new_ids}
-            by_id = {ids[ident]: cell for ident, cell in deltas.cells.items()}
-            self._merge_cells(conn, MINUTE_SECONDS, deltas.minute, by_id)
-            state_rows = [
-                {
-                    "series_id": ids[ident],
-                    "value": c.value,
-                    "sum": c.sum,
-                    "buckets": _encode_floats(c.buckets),
-                }
-                for ident, c in deltas.state.items()
-            ]
+            for item in batch:
+                item.new_ids = self._create_series(conn, item.target_id, item.deltas.cells, item.units, item.series_ids)
+            unknown: dict[int, dict[int, Cell]] = {}  # minute -> series whose stored row must be read
+            rows: list[dict[str, Any]] = []
+            state_rows: list[dict[str, Any]] = []
+            for item in batch:
+                ids = {**item.series_ids, **item.new_ids}
+                minute = item.deltas.minute
+                by_id = {ids[ident]: cell for ident, cell in item.deltas.cells.items()}
+                known = item.open_minute.known_cells(minute, item.baseline_unix) if item.open_minute else None
+                if known is None:
+                    unknown.setdefault(minute, {}).update(by_id)
+                else:
+                    item.merged = {sid: _merged(known.get(sid), cell) for sid, cell in by_id.items()}
+                    rows.extend(_cell_to_row(sid, MINUTE_SECONDS, minute, c) for sid, c in item.merged.items())
+                state_rows.extend(
+                    {"series_id": ids[ident], "value": c.value, "sum": c.sum, "buckets": _encode_floats(c.buckets)}
+                    for ident, c in item.deltas.state.items()
+                )
+            read_back: dict[int, Cell] = {}
+            for minute, by_id in unknown.items():
+                read_back.update(self._merge_cells(conn, MINUTE_SECONDS, minute, by_id))
+            for item in batch:
+                if item.merged is None:
+                    ids = {**item.series_ids, **item.new_ids}
+                    item.merged = {ids[ident]: read_back[ids[ident]] for ident in item.deltas.cells}
+            upsert(conn, rollups, rows, ROLLUP_KEYS, ROLLUP_VALUES)
             upsert(conn, series_state, state_rows, ["series_id"], ["value", "sum", "buckets"])
-            values: dict[str, float] = {"baseline_unix": now_unix}
-            if deltas.process_start_unix is not None:
-                values["process_start_unix"] = deltas.process_start_unix
-            conn.execute(update(targets).where(targets.c.id == target_id).values(**values))
-        series_ids.update(new_ids)
+            for item in batch:
+                values: dict[str, float] = {"baseline_unix": item.now_unix}
+                if item.deltas.process_start_unix is not None:
+                    values["process_start_unix"] = item.deltas.process_start_unix
+                conn.execute(update(targets).where(targets.c.id == item.target_id).values(**values))
+        for item in batch:
+            item.adopt()
 
     def _create_series(
         self,
@@ -215,9 +237,10 @@ class Store:
             have = stored()
         return {ident: have[key] for key, ident in missing.items()}
 
-    def _merge_cells(self, conn: Connection, period: int, start: int, by_id: dict[int, Cell]) -> None:
+    def _merge_cells(self, conn: Connection, period: int, start: int, by_id: dict[int, Cell]) -> dict[int, Cell]:
+        """Add `by_id` to the stored rows of one period (read, merge, upsert); returns the merged cells."""
         if not by_id:
-            return
+            return {}
         merged: dict[int, Cell] = {}
         ids = list(by_id)
         for chunk in _chunks(ids, 500):
@@ -236,14 +259,10 @@ class Store:
                 have = cell.copy()
             else:
                 have.merge(cell)
+            merged[sid] = have
             rows.append(_cell_to_row(sid, period, start, have))
-        upsert(
-            conn,
-            rollups,
-            rows,
-            ["series_id", "period_seconds", "start_unix"],
-            [c.name for c in rollups.columns if c.name not in ("series_id", "period_seconds", "start_unix")],
-        )
+        upsert(conn, rollups, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+        return merged
 
     # --- reading windows ---------------------------------------------------------------------
 
@@ -361,6 +380,89 @@ class Store:
                 delete(rollups).where(rollups.c.period_seconds == HOUR_SECONDS, rollups.c.start_unix < expire)
             )
         return len(rows), int(expired.rowcount or 0)
+
+
+ROLLUP_KEYS = ["series_id", "period_seconds", "start_unix"]
+ROLLUP_VALUES = [c.name for c in rollups.columns if c.name not in ROLLUP_KEYS]
+
+
+class OpenMinute:
+    """A target's cells of the minute it is currently writing, as stored (kept by its scraper).
+
+    Rows of minute M are written only by commits made during M, so when the target's previous
+    commit (its baseline) fell in an earlier minute, no row of M can exist yet and the cells here
+    are the whole truth: the next commit merges in memory and upserts without reading. After a
+    collector restart in the middle of a minute, or a clock that went back, the rows are read once.
+    """
+
+    __slots__ = ("cells", "minute")
+
+    def __init__(self) -> None:
+        self.minute: int | None = None
+        self.cells: dict[int, Cell] = {}
+
+    def known_cells(self, minute: int, baseline_unix: float | None) -> dict[int, Cell] | None:
+        if minute == self.minute:
+            return self.cells
+        if baseline_unix is None or baseline_unix < minute:
+            return {}  # nothing of this target can be stored for `minute` yet
+        return None
+
+
+class ScrapeCommit:
+    """One scrape handed to `Store.commit_scrapes`."""
+
+    __slots__ = (
+        "baseline_unix",
+        "deltas",
+        "merged",
+        "new_ids",
+        "now_unix",
+        "open_minute",
+        "series_ids",
+        "target_id",
+        "units",
+    )
+
+    def __init__(
+        self,
+        target_id: int,
+        deltas: ScrapeDeltas,
+        units: dict[SeriesKey, str],
+        series_ids: dict[SeriesIdent, int],
+        now_unix: float,
+        open_minute: OpenMinute | None = None,
+        baseline_unix: float | None = None,
+    ) -> None:
+        self.target_id = target_id
+        self.deltas = deltas
+        self.units = units
+        self.series_ids = series_ids
+        self.now_unix = now_unix
+        self.open_minute = open_minute
+        self.baseline_unix = baseline_unix
+        self.new_ids: dict[SeriesIdent, int] = {}
+        self.merged: dict[int, Cell] | None = None  # the minute's cells as stored by this commit
+
+    def adopt(self) -> None:
+        """After the commit: the caller's caches take what is now stored."""
+        self.series_ids.update(self.new_ids)
+        om = self.open_minute
+        if om is None:
+            return
+        if self.merged is None:
+            return
+        if om.minute != self.deltas.minute:
+            om.minute, om.cells = self.deltas.minute, {}
+        om.cells.update(self.merged)
+
+
+def _merged(have: Cell | None, cell: Cell) -> Cell:
+    if have is None:
+        return cell.copy()
+    out = have.copy()
+    out.merge(cell)
+    return out
 
 
 def _chunks(items: list[int], size: int) -> Iterable[list[int]]:
