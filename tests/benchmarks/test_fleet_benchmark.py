@@ -1,0 +1,219 @@
+"""Fleet benchmark: `llmslo serve` scraping N loopback vLLM targets at 15 s, end to end (HTTP,
+gzip, parse, deltas, group commit, derived views, SLO evaluation, its own /metrics), side by
+side with a real Prometheus scraping the same targets in the same run. CPU is read from /proc for
+both processes; the targets run in a third process.
+
+Run (outside the default suite):
+  LLMSLO_FLEET_TARGETS=300,1000 LLMSLO_FLEET_DBS=sqlite,postgresql LLMSLO_FLEET_SECONDS=180 \
+    .venv/bin/python -m pytest tests/benchmarks/test_fleet_benchmark.py -s
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+pytestmark = pytest.mark.benchmark
+
+ROOT = Path(__file__).resolve().parents[2]
+INTERVAL = 15.0
+TICK = os.sysconf("SC_CLK_TCK")
+TYPES = ("chat", "customer_service", "code_completion", "batch")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@contextmanager
+def process(cmd: list[str], cwd: Path, log: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if log:
+            out.close()  # type: ignore[union-attr]
+
+
+def wait_http(url: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer within {timeout:.0f} s")
+
+
+def llmslo_scrapes(base: str) -> tuple[float, float]:
+    """(successful scrapes, failed scrapes) over all targets, from llmslo's API."""
+    targets = httpx.get(f"{base}/api/v1/targets", timeout=60).json()["targets"]
+    total = sum(t["scrapes_total"] for t in targets)
+    failed = sum(sum(t["errors_total"].values()) for t in targets)
+    return total - failed, failed
+
+
+def prometheus_scrapes(base: str) -> float:
+    """Scrapes Prometheus ran, from its own /metrics (it does not scrape itself here)."""
+    total = 0.0
+    for line in httpx.get(f"{base}/metrics", timeout=30).text.splitlines():
+        if line.startswith("prometheus_target_interval_length_seconds_count"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def timed_get(url: str, runs: int = 3) -> tuple[float, int]:
+    times, size = [], 0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        r = httpx.get(url, timeout=120)
+        times.append(time.perf_counter() - t0)
+        r.raise_for_status()
+        size = len(r.content)
+    return statistics.median(times) * 1000, size
+
+
+def database_url(kind: str, tmp: Path, n: int) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{tmp / 'llmslo.db'}"
+    import psycopg
+
+    name = f"llmslo_fleet_{n}"
+    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    return f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+
+
+def cases() -> list[tuple[int, str]]:
+    targets = [int(x) for x in os.environ.get("LLMSLO_FLEET_TARGETS", "300,1000").split(",")]
+    dbs = os.environ.get("LLMSLO_FLEET_DBS", "sqlite").split(",")
+    return [(n, db) for n in targets for db in dbs]
+
+
+@pytest.mark.parametrize(("n", "db"), cases())
+def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
+    seconds = float(os.environ.get("LLMSLO_FLEET_SECONDS", "180"))
+    warmup = float(os.environ.get("LLMSLO_FLEET_WARMUP", "60"))
+    prometheus = shutil.which("prometheus")
+    if prometheus is None and os.environ.get("CI") == "true":
+        pytest.fail("prometheus is not installed (apt-get install prometheus)")
+    port = free_port()
+    with process([sys.executable, "-m", "tests.benchmarks.fleet_server", "--port", str(port)], ROOT):
+        wait_http(f"http://127.0.0.1:{port}/t/0/metrics", 30)
+        urls = [f"http://127.0.0.1:{port}/t/{i}/metrics" for i in range(n)]
+        api_port = free_port()
+        config = {
+            "data_dir": str(tmp_path),
+            "database_url": database_url(db, tmp_path, n),
+            "server": {"host": "127.0.0.1", "port": api_port},
+            "rules": str(ROOT / "rules"),
+            "targets": [
+                {"name": f"t{i}", "url": u, "business_type": TYPES[i % len(TYPES)]} for i, u in enumerate(urls)
+            ],
+        }
+        (tmp_path / "llmslo.yaml").write_text(yaml.safe_dump(config))
+        prom_cfg = {
+            "global": {"scrape_interval": "15s", "scrape_timeout": "10s"},
+            "scrape_configs": [
+                {
+                    "job_name": "vllm",
+                    "static_configs": [
+                        {
+                            "targets": [f"127.0.0.1:{port}"],
+                            "labels": {"__metrics_path__": f"/t/{i}/metrics", "instance": f"t{i}"},
+                        }
+                        for i in range(n)
+                    ],
+                }
+            ],
+        }
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg))
+        prom_port = free_port()
+        base = f"http://127.0.0.1:{api_port}"
+        prom_base = f"http://127.0.0.1:{prom_port}"
+        llmslo_cmd = [str(Path(sys.executable).parent / "llmslo"), "serve", "--config", str(tmp_path / "llmslo.yaml")]
+        prom_cmd = [
+            prometheus or "true",
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'prom'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ]
+        with (
+            process(llmslo_cmd, tmp_path, tmp_path / "llmslo.log") as ours,
+            process(prom_cmd, tmp_path, tmp_path / "prometheus.log") as prom,
+        ):
+            wait_http(f"{base}/readyz")
+            if prometheus:
+                wait_http(f"{prom_base}/-/ready")
+            time.sleep(warmup)
+            rss: list[float] = [rss_mib(ours.pid)]
+            c0, p0 = cpu_seconds(ours.pid), cpu_seconds(prom.pid) if prometheus else 0.0
+            ok0, _ = llmslo_scrapes(base)
+            ps0 = prometheus_scrapes(prom_base) if prometheus else 0.0
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < seconds:
+                time.sleep(min(15.0, seconds - (time.monotonic() - t0)))
+                rss.append(rss_mib(ours.pid))
+            elapsed = time.monotonic() - t0
+            ok1, failed = llmslo_scrapes(base)
+            c1, p1 = cpu_seconds(ours.pid), cpu_seconds(prom.pid) if prometheus else 0.0
+            ps1 = prometheus_scrapes(prom_base) if prometheus else 0.0
+            metrics_ms, metrics_bytes = timed_get(f"{base}/metrics")
+            serving_ms, serving_bytes = timed_get(f"{base}/api/v1/serving?window=5m")
+            assert ours.poll() is None, "llmslo exited during the run"
+    expected = n * elapsed / INTERVAL
+    done = ok1 - ok0
+    ours_ms = (c1 - c0) / max(done, 1) * 1000
+    prom_done = ps1 - ps0
+    prom_ms = (p1 - p0) / max(prom_done, 1) * 1000 if prometheus else float("nan")
+    half = len(rss) // 2
+    print(
+        f"\nFLEET {n} targets, {db}, {elapsed:.0f} s measured after {warmup:.0f} s warm-up\n"
+        f"  llmslo:     {done:.0f}/{expected:.0f} scrapes ({done / expected:.1%}), {failed:.0f} failed in total, "
+        f"CPU {c1 - c0:.1f} s = {(c1 - c0) / elapsed:.0%} of a core, {ours_ms:.2f} ms per scrape\n"
+        f"  prometheus: {prom_done:.0f}/{expected:.0f} scrapes, CPU {p1 - p0:.1f} s = {(p1 - p0) / elapsed:.0%} "
+        f"of a core, {prom_ms:.2f} ms per scrape\n"
+        f"  ratio llmslo/prometheus CPU per scrape: {ours_ms / prom_ms:.2f}x\n"
+        f"  llmslo RSS MiB: {' '.join(f'{x:.0f}' for x in rss)} "
+        f"(mean first half {statistics.mean(rss[:half] or rss):.0f}, second half {statistics.mean(rss[half:]):.0f})\n"
+        f"  GET /metrics {metrics_ms:.0f} ms ({metrics_bytes / 1e6:.1f} MB), "
+        f"GET /api/v1/serving?window=5m {serving_ms:.0f} ms ({serving_bytes / 1e6:.1f} MB)"
+    )
+    assert done > 0
