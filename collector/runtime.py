@@ -24,7 +24,8 @@ from collector.fleetmap import FleetMap
 from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, period_start
 from collector.slo.alerts import AlertBook, deliver
 from collector.slo.evaluate import SloStatus, evaluate, period_bounds
-from collector.slo.incidents import TargetHealth, cache_alerts, target_alerts
+from collector.slo.incidents import TargetHealth, Wanted, cache_alerts, cache_alerts_from, target_alerts
+from collector.slo.ledger import SloLedger
 from collector.slo.spec import SloRules, load_rules
 from collector.sources.scrape import TargetScraper
 from collector.sources.scrapeloop import ScrapeLoops
@@ -83,6 +84,13 @@ class Runtime:
         self.snapshot = Snapshot()
         self.rules: SloRules | None = load_rules(settings.rules).rules if settings.rules else None
         self.fleet = FleetMap(settings.targets, self.rules)
+        # SLO events kept incrementally as scrapes and spans commit (collector/slo/ledger.py)
+        self.ledger = (
+            SloLedger(self.rules, self.business_type_of, settings.retention.minute_rollups) if self.rules else None
+        )
+        if self.ledger is not None:
+            for scraper in self.scrapers.values():
+                scraper.on_commit = self.ledger.add_engine
         self.alerts = AlertBook(self.store)
         self.slo_statuses: list[SloStatus] = []
         self.traces = TraceIngest(self)
@@ -93,6 +101,8 @@ class Runtime:
     async def start(self) -> None:
         """Register every target and resume its state (one bad target does not stop the others)."""
         await asyncio.to_thread(self.alerts.load)
+        if self.ledger is not None:
+            self.ledger.live_since = time.time()  # commits from now on are counted as they land
         for scraper in self.scrapers.values():
             try:
                 await scraper.load()
@@ -145,17 +155,37 @@ class Runtime:
         return self.fleet.business_type_of(target, model)
 
     def evaluate_slos(self, now_unix: float) -> list[SloStatus]:
-        """Evaluate every SLO on the stored rollups and advance the alert lifecycle (blocking)."""
+        """Evaluate every SLO and advance the alert lifecycle (blocking).
+
+        While serving, from the incremental ledger (filled from the store once, on the first pass);
+        for a `now` the ledger has not seen live (tests, the fast-clock simulator), by re-reading
+        the period's rollups."""
         if self.rules is None:
             return []
-        start, end = period_bounds(self.rules, now_unix)
-        rows = self.store.read_rows(start, end, metrics=SLO_METRICS)
-        statuses = evaluate(self.rules, rows, now_unix, read_requests(self.store, start, end), self.business_type_of)
-        incidents = target_alerts(self.rules, self.target_health(), now_unix)
-        incidents |= cache_alerts(self.rules, rows, now_unix, self.business_type_of)
+        ledger = self.ledger
+        if ledger is not None and ledger.covers(now_unix):
+            if not ledger.ready:
+                started = time.perf_counter()
+                ledger.backfill(
+                    lambda lo, hi: self.store.read_rows(lo, hi, metrics=SLO_METRICS),
+                    lambda lo, hi: read_requests(self.store, lo, hi),
+                    now_unix,
+                )
+                log.info("SLO ledger filled from the stored rollups in %.1f s", time.perf_counter() - started)
+            statuses = ledger.statuses(now_unix)
+            incidents = cache_alerts_from(self.rules, now_unix, ledger.cache, ledger.cache_sums)
+        else:
+            statuses, incidents = self._evaluate_from_store(self.rules, now_unix)
+        incidents |= target_alerts(self.rules, self.target_health(), now_unix)
         self.alerts.apply(self.rules, statuses, now_unix, incidents=incidents)
         self.slo_statuses = statuses
         return statuses
+
+    def _evaluate_from_store(self, rules: SloRules, now_unix: float) -> tuple[list[SloStatus], Wanted]:
+        start, end = period_bounds(rules, now_unix)
+        rows = self.store.read_rows(start, end, metrics=SLO_METRICS)
+        statuses = evaluate(rules, rows, now_unix, read_requests(self.store, start, end), self.business_type_of)
+        return statuses, cache_alerts(rules, rows, now_unix, self.business_type_of)
 
     def target_health(self) -> list[TargetHealth]:
         """Each target's state for the incident alerts, with the business types it serves."""

@@ -151,18 +151,33 @@ def _evaluate_objective(
         per_window[w] = WindowSli(
             w, NO_EVENTS if reason else events_for(o, [r for r in rows if _inside(r, start, end)], start, end)
         )
-    period = WindowSli(
-        end - period_start_unix,
+    period = (
         NO_EVENTS
         if reason
-        else events_for(o, [r for r in rows if _inside(r, period_start_unix, end)], period_start_unix, end),
+        else events_for(o, [r for r in rows if _inside(r, period_start_unix, end)], period_start_unix, end)
     )
+    events = {w: sli.events for w, sli in per_window.items()}
+    return make_status(rules, o, now_unix, events, period, end - period_start_unix, reason)
+
+
+def make_status(
+    rules: SloRules,
+    o: Objective,
+    now_unix: float,
+    per_window: dict[float, Events],
+    period: Events,
+    period_seconds: float,
+    reason: str = "",
+) -> SloStatus:
+    """An objective's status from its events per burn-rate window and over the budget period
+    (shared by the full re-read here and the incremental ledger, collector/slo/ledger.py)."""
+    windows = {w: WindowSli(w, e) for w, e in per_window.items()}
     remaining = None
-    if period.events.total > 0:
-        remaining = 1.0 - (period.events.bad / period.events.total) / o.error_budget
-    pairs = tuple(_pair_state(rules, o, p, per_window) for p in rules.pairs)
-    exact = all(w.events.exact for w in per_window.values()) and period.events.exact
-    return SloStatus(o, now_unix, per_window, period, remaining, pairs, reason, exact)
+    if period.total > 0:
+        remaining = 1.0 - (period.bad / period.total) / o.error_budget
+    pairs = tuple(_pair_state(rules, o, p, windows) for p in rules.pairs)
+    exact = all(e.exact for e in per_window.values()) and period.exact
+    return SloStatus(o, now_unix, windows, WindowSli(period_seconds, period), remaining, pairs, reason, exact)
 
 
 def _trace_events(o: Objective, rows: Iterable[tuple[RequestKey, RequestCell]], start: int, end: int) -> Events:
@@ -184,14 +199,10 @@ def _evaluate_from_traces(
     period_start_unix: int,
     now_unix: float,
 ) -> SloStatus:
-    per_window = {w: WindowSli(w, _trace_events(o, rows, end - int(w), end)) for w in windows}
-    period = WindowSli(end - period_start_unix, _trace_events(o, rows, period_start_unix, end))
-    remaining = None
-    if period.events.total > 0:
-        remaining = 1.0 - (period.events.bad / period.events.total) / o.error_budget
-    pairs = tuple(_pair_state(rules, o, p, per_window) for p in rules.pairs)
-    reason = "" if period.events.total > 0 else NEEDS_TRACES
-    return SloStatus(o, now_unix, per_window, period, remaining, pairs, reason, True)
+    per_window = {w: _trace_events(o, rows, end - int(w), end) for w in windows}
+    period = _trace_events(o, rows, period_start_unix, end)
+    reason = "" if period.total > 0 else NEEDS_TRACES
+    return make_status(rules, o, now_unix, per_window, period, end - period_start_unix, reason)
 
 
 def _inside(row: Row, start: int, end: int) -> bool:
@@ -267,25 +278,29 @@ def _latency_events(o: Objective, rows: list[Row]) -> Events:
 
 
 def _throughput_events(o: Objective, rows: list[Row], start: int, end: int) -> Events:
-    """Time slices: a slice with traffic is good when it generated at least the minimum rate."""
+    """Time slices (aligned to the epoch, `slice` long): a slice with traffic is good when it
+    generated at least the minimum rate. A slice counts in a window when it starts inside it and
+    is complete (its last minute has passed: the minute still running is not judged yet)."""
     assert o.min_tokens_per_second is not None
     size = int(o.slice_seconds)
     tokens: dict[int, float] = defaultdict(float)
     requests: dict[int, float] = defaultdict(float)
     for r in rows:
         key = r.cell.ident.key
-        index = (r.start_unix - start) // size
+        if r.cell.ident.kind is not Kind.COUNTER:
+            continue
+        slot = r.start_unix - r.start_unix % size
         if key.metric == "generation_tokens":
-            tokens[index] += r.cell.cell.value
+            tokens[slot] += r.cell.cell.value
         elif key.metric == "request_success":
-            requests[index] += r.cell.cell.value
-    complete = (end - start) // size
+            requests[slot] += r.cell.cell.value
+    done_before = end - MINUTE_SECONDS  # `end` is the end of the minute still running
     good = total = 0.0
-    for index, count in requests.items():
-        if count <= 0 or index >= complete:
-            continue  # no traffic is no data; the slice still running is not judged yet
+    for slot, count in requests.items():
+        if count <= 0 or slot < start or slot + size > done_before:
+            continue  # no traffic is no data
         total += 1
-        if tokens[index] / size >= o.min_tokens_per_second:
+        if tokens[slot] / size >= o.min_tokens_per_second:
             good += 1
     return Events(good, total)
 

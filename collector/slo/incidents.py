@@ -110,23 +110,38 @@ def _hits_and_queries(rows: Iterable[Row], start: int, end: int) -> tuple[float,
 def cache_alerts(
     rules: SloRules, rows: Sequence[Row], now: float, business_type_of: Callable[[str, str], str | None]
 ) -> Wanted:
+    """Prefix-cache collapse from stored rows (the full re-read); see `cache_alerts_from`."""
+    t = rules.thresholds
+    if t.prefix_cache_drop is None:
+        return {}
+    end = period_start(now) + MINUTE_SECONDS
+    reference_start = end - int(t.prefix_cache_window_seconds) - int(t.prefix_cache_reference_seconds)
+    by_type: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        bt = business_type_of(r.cell.target, r.cell.ident.key.model)
+        if bt is not None and r.start_unix >= reference_start:
+            by_type[bt].append(r)
+    return cache_alerts_from(
+        rules, now, list(by_type), lambda bt, start, stop: _hits_and_queries(by_type[bt], start, stop)
+    )
+
+
+def cache_alerts_from(
+    rules: SloRules, now: float, business_types: Iterable[str], sums: Callable[[str, int, int], tuple[float, float]]
+) -> Wanted:
     """Prefix-cache hit ratio over the last window below `prefix_cache_drop` x its own level over
-    the reference window before it, with enough queries, and a reference level worth keeping."""
+    the reference window before it, with enough queries, and a reference level worth keeping.
+    `sums(business_type, start, end)` gives (hits, queried tokens) over [start, end)."""
     t = rules.thresholds
     if t.prefix_cache_drop is None:
         return {}
     end = period_start(now) + MINUTE_SECONDS
     window_start = end - int(t.prefix_cache_window_seconds)
     reference_start = window_start - int(t.prefix_cache_reference_seconds)
-    by_type: dict[str, list[Row]] = defaultdict(list)
-    for r in rows:
-        bt = business_type_of(r.cell.target, r.cell.ident.key.model)
-        if bt is not None and r.start_unix >= reference_start:
-            by_type[bt].append(r)
     out: Wanted = {}
-    for bt, mine in by_type.items():
-        hits, queries = _hits_and_queries(mine, window_start, end)
-        ref_hits, ref_queries = _hits_and_queries(mine, reference_start, window_start)
+    for bt in business_types:
+        hits, queries = sums(bt, window_start, end)
+        ref_hits, ref_queries = sums(bt, reference_start, window_start)
         if queries < t.prefix_cache_min_queries or ref_queries <= 0:
             continue
         ratio, reference = hits / queries, ref_hits / ref_queries

@@ -161,12 +161,14 @@ class TraceIngest:
         try:
             targets = self.targets_of()
             started = time.perf_counter()
-            new = ingest_now(self.runtime.store, records, targets)  # None: a writer is busy, don't wait here
+            ledger = self.runtime.ledger
+            sink = ledger.add_requests if ledger is not None else None
+            new = ingest_now(self.runtime.store, records, targets, sink)  # None: a writer is busy, don't wait here
             if new is not None:
                 self.store_seconds["event_loop"].observe(time.perf_counter() - started)
             else:
                 started = time.perf_counter()
-                new = await asyncio.to_thread(ingest, self.runtime.store, records, targets)
+                new = await asyncio.to_thread(ingest, self.runtime.store, records, targets, sink)
                 self.store_seconds["worker"].observe(time.perf_counter() - started)
         except Exception as exc:
             log.warning("trace batch not stored (%s): the client will retry", type(exc).__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from sqlalchemy import Connection, delete, select, tuple_
 from sqlalchemy.exc import OperationalError
@@ -58,17 +58,33 @@ def _claim(conn: Connection, keys: list[bytes]) -> list[bytes]:
     return fresh
 
 
-def ingest(store: Store, records: Sequence[RequestRecord], targets_of: dict[str, list[LatencyTarget]]) -> int:
+Sink = Callable[[Iterable[tuple[RequestKey, RequestCell]]], None]  # told what each commit added
+
+
+def ingest(
+    store: Store,
+    records: Sequence[RequestRecord],
+    targets_of: dict[str, list[LatencyTarget]],
+    sink: Sink | None = None,
+) -> int:
     """Store the records not seen before (by trace id, span id and end); returns how many were new.
-    When this returns, they are committed: a crash right after loses nothing."""
+    When this returns, they are committed: a crash right after loses nothing. `sink` then gets the
+    request cells the new records added (the SLO ledger)."""
     if not records:
         return 0
-    with _write_lock, store.engine.begin() as conn:
-        return _ingest(conn, records, targets_of)
+    with _write_lock:
+        with store.engine.begin() as conn:
+            new, cells = _ingest(conn, records, targets_of)
+        if sink is not None and cells:
+            sink(cells.items())
+    return new
 
 
 def ingest_now(
-    store: Store, records: Sequence[RequestRecord], targets_of: dict[str, list[LatencyTarget]]
+    store: Store,
+    records: Sequence[RequestRecord],
+    targets_of: dict[str, list[LatencyTarget]],
+    sink: Sink | None = None,
 ) -> int | None:
     """ingest() when it can run without waiting, else None (nothing stored): for the event loop's own
     thread, which must never block on a lock. Only SQLite, whose work is local and CPU-bound, and
@@ -85,7 +101,10 @@ def ingest_now(
             sqlite.execute("PRAGMA busy_timeout = 0")  # a write lock held elsewhere fails at once
             try:
                 with conn.begin():
-                    return _ingest(conn, records, targets_of)
+                    new, cells = _ingest(conn, records, targets_of)
+                if sink is not None and cells:
+                    sink(cells.items())
+                return new
             except OperationalError as exc:
                 if "locked" in str(exc.orig) or "busy" in str(exc.orig):
                     return None  # rolled back: the caller takes the worker thread
@@ -96,14 +115,17 @@ def ingest_now(
         _write_lock.release()
 
 
-def _ingest(conn: Connection, records: Sequence[RequestRecord], targets_of: dict[str, list[LatencyTarget]]) -> int:
+def _ingest(
+    conn: Connection, records: Sequence[RequestRecord], targets_of: dict[str, list[LatencyTarget]]
+) -> tuple[int, dict[RequestKey, RequestCell]]:
+    """(new records, the request cells they add); the merged rows are written, `cells` untouched."""
     first: dict[bytes, RequestRecord] = {}
     for r in records:
         first.setdefault(span_key(r), r)
     keys = sorted(first)  # in time order: new keys land at the index's end, touching few pages
     fresh_keys = _claim(conn, keys)
     if not fresh_keys:
-        return 0
+        return 0, {}
     cells = aggregate((first[k] for k in fresh_keys), targets_of)
     existing: dict[RequestKey, RequestCell] = {}
     cell_keys = list(cells)
@@ -129,16 +151,15 @@ def _ingest(conn: Connection, records: Sequence[RequestRecord], targets_of: dict
         have = existing.get(key)
         if have is not None:
             have.merge(cell)
-            cell = have
         rows.append(
             {
                 **key._asdict(),
                 "period_seconds": MINUTE_SECONDS,
-                "data": json.dumps(cell.to_json(), separators=(",", ":")),
+                "data": json.dumps((have or cell).to_json(), separators=(",", ":")),
             }
         )
     upsert(conn, request_rollups, rows, [*RequestKey._fields, "period_seconds"], ["data"])
-    return len(fresh_keys)
+    return len(fresh_keys), cells
 
 
 def read_requests(store: Store, start_unix: int, end_unix: int) -> list[tuple[RequestKey, RequestCell]]:

@@ -1,0 +1,292 @@
+"""Incremental SLO evaluation: every objective's good and total events kept per minute and per
+hour as scrapes and spans are committed, so a pass sums a few arrays instead of re-reading the
+period's rollups.
+
+Each objective has two rings of counts: minutes over the minute-rollup retention, hours over the
+whole period. A window sums its whole hours from the hours and its partial hours from the minutes,
+as far back as the store keeps minutes (the same rule a read of the stored rollups follows after
+compaction). Memory is fixed by the period and the retention, not by how much history or traffic
+there is: 100 objectives at the defaults (50 h of minutes, 28 d of hours) hold ~6 MB.
+
+At start-up the rings are filled once from the stored rollups (`backfill`); from then on only new
+commits are added. The minute in which the collector started is counted from the live commits
+only: what the previous process stored in that same minute (at most one minute's worth, once per
+restart) is not in the rings. `Runtime.evaluate_slos` uses the full re-read (`evaluate`) whenever
+`now` lies outside the ledger's live span (tests with virtual clocks, the simulator's fast clock).
+"""
+
+from __future__ import annotations
+
+import threading
+from array import array
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+
+from collector.analytics.percentiles import fraction_at_or_below
+from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Cell, Row, ScrapeDeltas, SeriesIdent, period_start
+from collector.slo.evaluate import (
+    ERROR_REASONS,
+    NEEDS_COSTS,
+    NEEDS_TRACES,
+    NO_EVENTS,
+    BusinessTypeOf,
+    Events,
+    SloStatus,
+    make_status,
+    period_bounds,
+    windows_needed,
+)
+from collector.slo.spec import Objective, SloRules
+from collector.sources.vllm import Kind
+from collector.traces.rollup import RequestCell, RequestKey
+
+
+class Ring:
+    """Two counts (good, total) per slot of `slot` seconds, for the last `slots` slots."""
+
+    __slots__ = ("good", "latest", "slot", "slots", "total")
+
+    def __init__(self, slot: int, slots: int) -> None:
+        self.slot = slot
+        self.slots = slots
+        self.good = array("d", bytes(8 * slots))
+        self.total = array("d", bytes(8 * slots))
+        self.latest: int | None = None  # the newest slot number written (unix // slot)
+
+    def add(self, unix: int, good: float, total: float) -> None:
+        n = unix // self.slot
+        latest = self.latest
+        if latest is None:
+            self.latest = latest = n
+        elif n > latest:
+            for k in range(latest + 1, min(n, latest + self.slots) + 1):  # slots reused: clear them
+                self.good[k % self.slots] = 0.0
+                self.total[k % self.slots] = 0.0
+            self.latest = latest = n
+        if n <= latest - self.slots:
+            return  # older than the ring reaches
+        i = n % self.slots
+        self.good[i] += good
+        self.total[i] += total
+
+    def oldest(self) -> int | None:
+        """Start (unix) of the oldest slot held."""
+        return None if self.latest is None else (self.latest - self.slots + 1) * self.slot
+
+    def sum(self, start: int, end: int) -> tuple[float, float]:
+        """Counts of the slots lying wholly inside [start, end)."""
+        if self.latest is None:
+            return 0.0, 0.0
+        first = max(-(-start // self.slot), self.latest - self.slots + 1)
+        last = min(end // self.slot - 1, self.latest)
+        if last < first:
+            return 0.0, 0.0
+        a, b = first % self.slots, last % self.slots
+        if a <= b:
+            return sum(self.good[a : b + 1]), sum(self.total[a : b + 1])
+        return (
+            sum(self.good[a:]) + sum(self.good[: b + 1]),
+            sum(self.total[a:]) + sum(self.total[: b + 1]),
+        )
+
+
+class Counts:
+    """Minutes (recent) and hours (the period) of one objective's events."""
+
+    __slots__ = ("hours", "inexact", "minutes", "retention")
+
+    def __init__(self, minute_retention: int, hour_slots: int) -> None:
+        self.retention = minute_retention
+        # two hours more than the retention: the store keeps minutes back to the whole hour
+        self.minutes = Ring(MINUTE_SECONDS, minute_retention // MINUTE_SECONDS + 120)
+        self.hours = Ring(HOUR_SECONDS, hour_slots)
+        self.inexact = False  # a latency threshold fell between bucket bounds somewhere
+
+    def add(self, unix: int, period: int, good: float, total: float) -> None:
+        if period == MINUTE_SECONDS:
+            self.minutes.add(unix, good, total)
+        self.hours.add(unix - unix % HOUR_SECONDS, good, total)
+
+    def window(self, start: int, end: int) -> Events:
+        """The whole hours inside [start, end) from the hours, the partial hours at either edge
+        from the minutes, and minutes only as far back as the store keeps them (the whole hour
+        `minute_rollups` before `end`): what a read of the stored rollups counts."""
+        kept_from = (end - self.retention) // HOUR_SECONDS * HOUR_SECONDS
+        first_hour = -(-start // HOUR_SECONDS) * HOUR_SECONDS
+        last_hour = end // HOUR_SECONDS * HOUR_SECONDS
+        if first_hour >= last_hour:
+            good, total = self.minutes.sum(max(start, kept_from), end)
+        else:
+            good, total = self.hours.sum(first_hour, last_hour)
+            for lo, hi in ((max(start, kept_from), first_hour), (last_hour, end)):
+                if lo < hi:
+                    g, t = self.minutes.sum(lo, hi)
+                    good, total = good + g, total + t
+        return Events(good, total, not self.inexact)
+
+
+class SloLedger:
+    def __init__(self, rules: SloRules, business_type_of: BusinessTypeOf, minute_retention_seconds: float) -> None:
+        self.rules = rules
+        self.place = business_type_of
+        self.lock = threading.Lock()
+        longest = max([rules.period_seconds, *windows_needed(rules)])
+        if rules.calendar == "month":
+            longest = max(longest, 31 * 86400.0)
+        retention = int(min(minute_retention_seconds, longest + HOUR_SECONDS))
+        hour_slots = int(longest // HOUR_SECONDS) + 2
+        self.objectives = [o for bt in rules.business_types for o in bt.objectives]
+        self.counts = {o.slo: Counts(retention, hour_slots) for o in self.objectives}
+        self.engine_objectives: dict[str, list[Objective]] = defaultdict(list)
+        self.trace_objectives: dict[str, list[Objective]] = defaultdict(list)
+        for o in self.objectives:
+            if o.sli == "goodput" or (o.sli == "latency" and o.source == "traces"):
+                self.trace_objectives[o.business_type].append(o)
+            elif o.sli in ("latency", "error_ratio", "throughput"):
+                self.engine_objectives[o.business_type].append(o)
+        # throughput: tokens and requests per slice until the slice is complete, then one event
+        self.slices: dict[str, dict[int, list[float]]] = {o.slo: {} for o in self.objectives}
+        # prefix-cache hits (good) and queried tokens (total) per business type: the collapse ticket
+        self.cache: dict[str, Counts] = {bt.name: Counts(retention, hour_slots) for bt in rules.business_types}
+        self.live_since: float | None = None  # set when live commits start counting
+        self.ready = False  # backfilled from the store
+
+    # --- feeding -------------------------------------------------------------------------------
+
+    def add_engine(self, target: str, deltas: ScrapeDeltas) -> None:
+        """A committed scrape's deltas (TargetScraper's commit hook)."""
+        self.add_cells(target, deltas.minute, MINUTE_SECONDS, deltas.cells.items())
+
+    def add_cells(self, target: str, start: int, period: int, cells: Iterable[tuple[SeriesIdent, Cell]]) -> None:
+        places: dict[str, str | None] = {}
+        with self.lock:
+            for ident, cell in cells:
+                if ident.kind is Kind.GAUGE:
+                    continue
+                model = ident.key.model
+                bt = places[model] if model in places else places.setdefault(model, self.place(target, model))
+                if bt is None:
+                    continue
+                metric = ident.key.metric
+                if metric in ("prefix_cache_hits", "prefix_cache_queries") and bt in self.cache:
+                    hit = metric == "prefix_cache_hits"
+                    self.cache[bt].add(start, period, cell.value if hit else 0.0, 0.0 if hit else cell.value)
+                for o in self.engine_objectives.get(bt, ()):
+                    self._add_engine_cell(o, ident, cell, start, period)
+
+    def _add_engine_cell(self, o: Objective, ident: SeriesIdent, cell: Cell, start: int, period: int) -> None:
+        metric = ident.key.metric
+        if o.sli == "latency":
+            if metric != o.metric or ident.kind is not Kind.HISTOGRAM or not cell.buckets:
+                return
+            assert o.threshold_seconds is not None
+            share = fraction_at_or_below(o.threshold_seconds, ident.bounds, cell.buckets)
+            if share is None:
+                return
+            counts = self.counts[o.slo]
+            counts.add(start, period, share[0] * cell.buckets[-1], cell.buckets[-1])
+            if not share[1] and cell.buckets[-1] > 0:
+                counts.inexact = True
+        elif o.sli == "error_ratio":
+            if metric != "request_success" or ident.kind is not Kind.COUNTER:
+                return
+            bad = dict(ident.key.labels).get("finished_reason") in ERROR_REASONS
+            self.counts[o.slo].add(start, period, 0.0 if bad else cell.value, cell.value)
+        elif o.sli == "throughput" and ident.kind is Kind.COUNTER:
+            if metric not in ("generation_tokens", "request_success"):
+                return
+            size = int(o.slice_seconds)
+            slot = self.slices[o.slo].setdefault(start - start % size, [0.0, 0.0])
+            slot[0 if metric == "generation_tokens" else 1] += cell.value
+
+    def add_requests(self, cells: Iterable[tuple[RequestKey, RequestCell]], period: int = MINUTE_SECONDS) -> None:
+        """Newly committed trace request cells (the trace store's commit hook)."""
+        with self.lock:
+            for key, cell in cells:
+                for o in self.trace_objectives.get(key.business_type, ()):
+                    good = cell.jointly_good if o.sli == "goodput" else cell.good.get(o.slo, 0)
+                    self.counts[o.slo].add(key.start_unix, period, float(good), float(cell.total))
+
+    def close_slices(self, now_unix: float) -> None:
+        """Judge the throughput slices that are complete: one event each, good when the slice
+        generated at least the minimum rate; a slice without requests is no data."""
+        done_before = period_start(now_unix)
+        with self.lock:
+            for o in self.objectives:
+                if o.sli != "throughput" or o.min_tokens_per_second is None:
+                    continue
+                size = int(o.slice_seconds)
+                open_slices = self.slices[o.slo]
+                for start in [s for s in open_slices if s + size <= done_before]:
+                    tokens, requests = open_slices.pop(start)
+                    if requests > 0:
+                        good = 1.0 if tokens / size >= o.min_tokens_per_second else 0.0
+                        self.counts[o.slo].add(start, MINUTE_SECONDS, good, 1.0)
+
+    # --- start-up --------------------------------------------------------------------------------
+
+    def backfill(
+        self,
+        read_rows: Callable[[int, int], Sequence[Row]],
+        read_requests: Callable[[int, int], Sequence[tuple[RequestKey, RequestCell]]],
+        now_unix: float,
+    ) -> None:
+        """Fill the rings from the store up to the minute the live commits started in, one day at
+        a time (bounded memory however long the period)."""
+        assert self.live_since is not None
+        until = period_start(self.live_since)
+        start, _ = period_bounds(self.rules, now_unix)
+        start = min(start, period_start(now_unix) + MINUTE_SECONDS - int(max(windows_needed(self.rules))))
+        start -= start % HOUR_SECONDS
+        day = 86400
+        for lo in range(start, until, day):
+            hi = min(lo + day, until)
+            by_cell: dict[tuple[str, int, int], list[tuple[SeriesIdent, Cell]]] = defaultdict(list)
+            for r in read_rows(lo, hi):
+                if r.start_unix + r.period_seconds <= until:
+                    by_cell[(r.cell.target, r.start_unix, r.period_seconds)].append((r.cell.ident, r.cell.cell))
+            for (target, t, period), cells in by_cell.items():
+                self.add_cells(target, t, period, cells)
+            by_period: dict[int, list[tuple[RequestKey, RequestCell]]] = defaultdict(list)
+            for key, cell in read_requests(lo, hi):
+                by_period[HOUR_SECONDS if key.start_unix % HOUR_SECONDS == 0 else MINUTE_SECONDS].append((key, cell))
+            for period, requests in by_period.items():
+                self.add_requests(requests, period)
+        self.ready = True
+
+    # --- evaluation ------------------------------------------------------------------------------
+
+    def covers(self, now_unix: float) -> bool:
+        """Whether `now` is within what the ledger has seen live (else the caller re-reads)."""
+        return self.live_since is not None and now_unix >= self.live_since
+
+    def statuses(self, now_unix: float) -> list[SloStatus]:
+        self.close_slices(now_unix)
+        rules = self.rules
+        end = period_start(now_unix) + MINUTE_SECONDS
+        period_from, _ = period_bounds(rules, now_unix)
+        windows = windows_needed(rules)
+        out: list[SloStatus] = []
+        with self.lock:
+            for o in self.objectives:
+                counts = self.counts[o.slo]
+                if o.sli == "cost_ceiling":
+                    per_window = {w: NO_EVENTS for w in windows}
+                    out.append(make_status(rules, o, now_unix, per_window, NO_EVENTS, end - period_from, NEEDS_COSTS))
+                    continue
+                per_window = {w: counts.window(end - int(w), end) for w in windows}
+                period = counts.window(period_from, end)
+                reason = ""
+                if o.business_type in self.trace_objectives and o in self.trace_objectives[o.business_type]:
+                    reason = "" if period.total > 0 else NEEDS_TRACES
+                out.append(make_status(rules, o, now_unix, per_window, period, end - period_from, reason))
+        return out
+
+    def cache_sums(self, business_type: str, start: int, end: int) -> tuple[float, float]:
+        """(prefix-cache hits, queried tokens) of a business type over [start, end)."""
+        with self.lock:
+            counts = self.cache.get(business_type)
+            if counts is None:
+                return 0.0, 0.0
+            events = counts.window(start, end)
+        return events.good, events.total
