@@ -18,10 +18,11 @@ import certifi
 import httpx
 
 from collector import conventions as conv
+from collector.analytics.running import RunningWindows
 from collector.analytics.serving import ServingReport, build_report
 from collector.config import Settings, TargetConfig
 from collector.fleetmap import FleetMap
-from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, period_start
+from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, merge_cells, period_start
 from collector.slo.alerts import AlertBook, deliver
 from collector.slo.evaluate import SloStatus, evaluate, period_bounds
 from collector.slo.incidents import TargetHealth, Wanted, cache_alerts, cache_alerts_from, target_alerts
@@ -80,6 +81,16 @@ class Runtime:
             for t in settings.targets
         }
         self.loops = ScrapeLoops(list(self.scrapers.values()), self.tracked)
+        # long windows of the serving view as running sums (collector/analytics/running.py); a
+        # minute closes once its last scrapes can have committed
+        grace = max([settings.target_timeout(t) for t in settings.targets] + [0.0]) + 5.0
+        self.running = RunningWindows(
+            [w for w in settings.windows if settings.sliding_horizon < w <= settings.retention.minute_rollups],
+            lambda lo, hi: self.store.read_window(lo, hi),
+            grace,
+        )
+        for scraper in self.scrapers.values():  # the open minutes come from the scrapes in memory
+            scraper.keep_recent_seconds = max(settings.sliding_horizon, 2 * MINUTE_SECONDS + grace)
         self.targets: dict[str, TargetConfig] = {t.name: t for t in settings.targets}
         self.snapshot = Snapshot()
         self.rules: SloRules | None = load_rules(settings.rules).rules if settings.rules else None
@@ -221,16 +232,28 @@ class Runtime:
         model: str | None = None,
         business_type: str | None = None,
     ) -> ServingReport:
-        """Derived serving metrics over one window (blocking: runs database reads).
+        """Derived serving metrics over one window (blocking: may read the database).
 
         Windows up to `sliding_horizon` slide over the scrapes of the last `window_seconds`
-        (in memory); longer ones are merges of whole minute rollups."""
+        (in memory). Longer configured windows are the running sums of their closed minutes
+        plus the open minutes' scrapes in memory; any other window merges stored minute rollups."""
         if window_seconds <= self.settings.sliding_horizon:
             cells = self.sliding_cells(now_unix, window_seconds, target, model)
             start, end = int(now_unix - window_seconds), int(now_unix)
-        else:
-            start, end = window_bounds(now_unix, window_seconds)
+            return build_report(cells, window_seconds, start, end, self.business_type_of, business_type)
+        start, end = window_bounds(now_unix, window_seconds)
+        closed = self.running.closed(window_seconds, now_unix)
+        if closed is None:
             cells = self.store.read_window(start, end, target=target, model=model)
+        else:
+            closed_end, cells = closed
+            if target is not None or model is not None:
+                cells = [
+                    sc
+                    for sc in cells
+                    if (target is None or sc.target == target) and (model is None or sc.ident.key.model == model)
+                ]
+            cells = merge_cells([*cells, *self.recent_cells(closed_end, now_unix, target, model)])
         return build_report(cells, window_seconds, start, end, self.business_type_of, business_type)
 
     def sliding_cells(
@@ -260,7 +283,26 @@ class Runtime:
             out.extend(merged.values())
         return out
 
+    def recent_cells(
+        self, from_minute: int, now_unix: float, target: str | None = None, model: str | None = None
+    ) -> list[SeriesCell]:
+        """Deltas of the scrapes in memory stored in minutes from `from_minute` on, up to `now`."""
+        out: list[SeriesCell] = []
+        for name, scraper in self.scrapers.items():
+            if target is not None and name != target:
+                continue
+            for scrape in list(scraper.recent):
+                if scrape.minute < from_minute or scrape.unix > now_unix:
+                    continue
+                out.extend(
+                    SeriesCell(name, ident, scrape.units.get(ident.key, ""), cell)
+                    for ident, cell in scrape.cells.items()
+                    if model is None or ident.key.model == model
+                )
+        return out
+
     def refresh_snapshot(self, now_unix: float) -> Snapshot:
+        self.running.advance(now_unix)
         reports = {w: self.report(w, now_unix) for w in self.settings.windows}
         self.snapshot = Snapshot(now_unix, reports)
         self.request_snapshot = self._request_summaries(now_unix)

@@ -68,6 +68,7 @@ class RecentScrape(NamedTuple):
     """One committed scrape's deltas, kept in memory for the sliding short windows."""
 
     unix: float
+    minute: int  # the minute its cells were stored in
     cells: dict[SeriesIdent, Cell]
     units: dict[SeriesKey, str]
 
@@ -93,7 +94,9 @@ class TargetScraper:
         self.tracker = DeltaTracker()
         self.series_ids: dict[SeriesIdent, int] = {}
         self.target_id: int | None = None
-        self.recent: deque[RecentScrape] = deque()  # newest last, back to settings.sliding_horizon
+        self.recent: deque[RecentScrape] = deque()  # newest last, back to `keep_recent_seconds`
+        # the sliding windows need their horizon; the running long windows (Runtime) the open minutes
+        self.keep_recent_seconds = settings.sliding_horizon
 
     @property
     def interval(self) -> float:
@@ -257,7 +260,7 @@ class TargetScraper:
         """The scrape is stored: the delta state advances, and the sliding windows see it."""
         deltas = item.deltas
         self.tracker.commit(deltas, now)
-        self._remember(RecentScrape(now, deltas.cells, item.units))
+        self._remember(RecentScrape(now, deltas.minute, deltas.cells, item.units))
         if self.on_commit is not None:
             self.on_commit(self.target.name, deltas)
         status = self.status
@@ -274,7 +277,7 @@ class TargetScraper:
             recent.clear()  # the clock went back (a test's virtual clock): start afresh
         recent.append(scrape)
         # keep one scrape more than the horizon: its delta covers the horizon's start
-        horizon = scrape.unix - self.settings.sliding_horizon - self.interval
+        horizon = scrape.unix - self.keep_recent_seconds - self.interval
         while len(recent) > 1 and recent[1].unix < horizon:
             recent.popleft()
 

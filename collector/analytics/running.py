@@ -1,0 +1,201 @@
+"""Long windows of the serving view kept as running sums, so a derive pass does not re-read them.
+
+A window of `w` seconds is split in two: the closed minutes, merged into one cell per series and
+updated once per minute (the minute that closed is added, the minute that left the window is
+subtracted; both read from the store, one minute of rows each), and the minute or two still open,
+merged from the scrapes held in memory for the sliding windows. A derive pass then costs a merge of
+the open scrapes, whatever the window's length; the store is read for two minutes per window per
+minute instead of the whole window every pass.
+
+Subtraction is exact for counters and histograms (integers in practice) and for the gauges' sum and
+sample count; a gauge's min and max cannot be subtracted, so each gauge series keeps its per-minute
+min and max for the longest window (a few floats per gauge) and recomputes them.
+
+A minute is closed `grace` seconds after it ends (a scrape started in the last second of a minute
+commits into that minute a little later). Windows longer than the minute-rollup retention (hours
+compacted away) are not kept here: those reports read the store as before.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from collector.rollup import MINUTE_SECONDS, Cell, SeriesCell, SeriesIdent, period_start
+from collector.sources.vllm import Kind
+
+SeriesRef = tuple[str, SeriesIdent]  # (target, series)
+ReadMinutes = Callable[[int, int], list[SeriesCell]]  # merged cells of the minutes in [start, end)
+
+
+def subtract(have: Cell, gone: Cell) -> None:
+    """Take `gone` (a minute that left the window) out of `have` (the window's running cell)."""
+    have.value -= gone.value
+    have.sum -= gone.sum
+    if have.buckets is not None and gone.buckets is not None and len(have.buckets) == len(gone.buckets):
+        have.buckets = [a - b for a, b in zip(have.buckets, gone.buckets, strict=True)]
+    have.n -= gone.n
+    have.observed_seconds -= gone.observed_seconds
+
+
+class RunningWindow:
+    """One window's closed minutes [closed_end - span, closed_end) merged per series, where
+    `span` is the window less the minute still running; `oldest` holds the cells of its oldest
+    minute (subtracted on the next advance, and while the previous minute is still in its grace)."""
+
+    __slots__ = ("cells", "oldest", "seconds", "span")
+
+    def __init__(self, seconds: int) -> None:
+        self.seconds = seconds
+        self.span = seconds - MINUTE_SECONDS
+        self.cells: dict[SeriesRef, SeriesCell] = {}
+        self.oldest: list[SeriesCell] = []
+
+    def add(self, cells: Iterable[SeriesCell]) -> None:
+        add(self.cells, cells)
+
+    def remove(self, cells: Iterable[SeriesCell]) -> None:
+        remove(self.cells, cells)
+
+
+def add(into: dict[SeriesRef, SeriesCell], cells: Iterable[SeriesCell]) -> None:
+    for sc in cells:
+        ref = (sc.target, sc.ident)
+        have = into.get(ref)
+        if have is None:
+            into[ref] = SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
+        else:
+            have.cell.merge(sc.cell)
+
+
+def remove(into: dict[SeriesRef, SeriesCell], cells: Iterable[SeriesCell]) -> None:
+    for sc in cells:
+        ref = (sc.target, sc.ident)
+        have = into.get(ref)
+        if have is None:
+            continue
+        subtract(have.cell, sc.cell)
+        c = have.cell
+        if c.observed_seconds <= 1e-9 and c.n <= 0:
+            del into[ref]  # nothing of this series is left in the window
+        elif c.kind is not Kind.GAUGE:
+            # float residue of many additions and subtractions never shows as a negative count
+            c.value = max(0.0, c.value)
+            if c.buckets is not None:
+                c.buckets = [max(0.0, b) for b in c.buckets]
+
+
+class RunningWindows:
+    """The configured long windows, advanced minute by minute (thread-safe)."""
+
+    def __init__(self, windows: Iterable[float], read_minutes: ReadMinutes, grace_seconds: float) -> None:
+        self.windows = {int(w): RunningWindow(int(w)) for w in windows if w > MINUTE_SECONDS}
+        self.read_minutes = read_minutes
+        self.grace = grace_seconds
+        self.closed_end: int | None = None  # minutes before this are in the sums
+        self.longest = max((w.span for w in self.windows.values()), default=0)
+        # per gauge series: (minute, min, max) of the minutes still in the longest window
+        self.gauge_minutes: dict[SeriesRef, deque[tuple[int, float, float]]] = {}
+        self.lock = threading.Lock()
+        self.rebuilds = 0
+        self.minutes_read = 0
+
+    def closed_before(self, now_unix: float) -> int:
+        """Minutes starting before this are closed at `now`."""
+        return period_start(now_unix - self.grace)
+
+    def _read(self, minute: int) -> list[SeriesCell]:
+        self.minutes_read += 1
+        return self.read_minutes(minute, minute + MINUTE_SECONDS)
+
+    def advance(self, now_unix: float) -> None:
+        """Bring every window up to the minutes closed at `now` (reads the store)."""
+        with self.lock:
+            target = self.closed_before(now_unix)
+            if self.closed_end is not None and target <= self.closed_end:
+                return
+            if self.closed_end is None or target - self.closed_end >= self.longest:
+                self._rebuild(target)
+                return
+            for minute in range(self.closed_end, target, MINUTE_SECONDS):
+                arrived = self._read(minute)
+                self._note_gauges(minute, arrived)
+                end = minute + MINUTE_SECONDS
+                for w in self.windows.values():
+                    w.add(arrived)
+                    w.remove(w.oldest)  # the minute end - span - 60 left
+                    w.oldest = self._read(end - w.span) if w.span > MINUTE_SECONDS else arrived
+            self.closed_end = target
+            self._fix_gauges()
+
+    def _rebuild(self, target: int) -> None:
+        """Start afresh from the store (first pass, or after a pause longer than the longest window)."""
+        self.rebuilds += 1
+        self.gauge_minutes.clear()
+        for w in self.windows.values():
+            w.cells.clear()
+            w.oldest = []
+        for minute in range(target - self.longest, target, MINUTE_SECONDS):
+            cells = self._read(minute)
+            self._note_gauges(minute, cells)
+            for w in self.windows.values():
+                if minute >= target - w.span:
+                    w.add(cells)
+                if minute == target - w.span:
+                    w.oldest = cells
+        self.closed_end = target
+        self._fix_gauges()
+
+    def _note_gauges(self, minute: int, cells: Iterable[SeriesCell]) -> None:
+        for sc in cells:
+            if sc.ident.kind is Kind.GAUGE and sc.cell.n:
+                self.gauge_minutes.setdefault((sc.target, sc.ident), deque()).append(
+                    (minute, sc.cell.gmin, sc.cell.gmax)
+                )
+
+    def _fix_gauges(self) -> None:
+        """Min and max of every gauge over each window's minutes (they cannot be subtracted)."""
+        assert self.closed_end is not None
+        oldest = self.closed_end - self.longest
+        for ref in list(self.gauge_minutes):
+            minutes = self.gauge_minutes[ref]
+            while minutes and minutes[0][0] < oldest:
+                minutes.popleft()
+            if not minutes:
+                del self.gauge_minutes[ref]
+                continue
+            for w in self.windows.values():
+                sc = w.cells.get(ref)
+                if sc is not None:
+                    _min_max(sc.cell, minutes, self.closed_end - w.span)
+
+    def closed(self, seconds: float, now_unix: float) -> tuple[int, list[SeriesCell]] | None:
+        """(end of the closed minutes, copies of the cells of the window's closed minutes at `now`),
+        or None when this window is not kept here or `now` is not where the sums are.
+
+        The report's window is the minute running at `now` plus the `seconds - 60` before it;
+        while the previous minute is still in its grace it is open too, and the closed part is
+        one minute shorter (the oldest minute is taken out of the copy)."""
+        w = self.windows.get(int(seconds))
+        if w is None:
+            return None
+        with self.lock:
+            closed_end = self.closed_end
+            if closed_end is None or self.closed_before(now_unix) != closed_end:
+                return None
+            cells = {ref: SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy()) for ref, sc in w.cells.items()}
+            current = period_start(now_unix)
+            if closed_end < current:  # the previous minute is still open: drop the oldest closed one
+                remove(cells, w.oldest)
+                for ref, sc in cells.items():
+                    if sc.ident.kind is Kind.GAUGE and ref in self.gauge_minutes:
+                        _min_max(sc.cell, self.gauge_minutes[ref], closed_end - w.span + MINUTE_SECONDS)
+            return closed_end, list(cells.values())
+
+
+def _min_max(cell: Cell, minutes: Iterable[tuple[int, float, float]], start: int) -> None:
+    inside = [(lo, hi) for m, lo, hi in minutes if m >= start]
+    cell.gmin = min((lo for lo, _ in inside), default=math.nan)
+    cell.gmax = max((hi for _, hi in inside), default=math.nan)
