@@ -180,6 +180,11 @@ class ServerConfig(_Strict):
     # (/healthz, /readyz stay open; /v1/traces has its own ingest keys). Unset by default, with
     # the server bound to loopback.
     api_token: str | None = Field(None, min_length=16)
+    # /metrics carries the per-(target, model) derived series (llmslo_serving_*, ~370 per pair with
+    # three windows) only while the fleet has at most this many pairs; a larger fleet gets the
+    # per-business-type series (llmslo_business_*), and per-target figures from
+    # /api/v1/serving?target=... (or from Prometheus scraping vLLM directly).
+    metrics_target_limit: int = Field(100, ge=0)
 
 
 class Settings(_Strict):

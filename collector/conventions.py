@@ -77,6 +77,7 @@ def bound_name(suffix: str, which: str) -> str:
 # Two scopes: per (target, model) under `llmslo_serving_`, per business type under
 # `llmslo_business_`. They are distinct names so that a PromQL sum() never mixes the two.
 SCOPE_SERVING: Final = PREFIX + "serving_"
+SERVING_GROUPS_OMITTED: Final = PREFIX + "serving_groups_omitted"
 SCOPE_BUSINESS: Final = PREFIX + "business_"
 
 # latency histograms: logical name -> metric suffix (seconds)

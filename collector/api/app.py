@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -194,6 +195,32 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             )
         return TargetsResponse(targets=out)
 
+    published: dict[tuple[float, float, str | None], bytes] = {}
+
+    def published_json(seconds: float, business_type: str | None) -> bytes | None:
+        """A published window's report as of the last derive pass (at most `derive_interval` old),
+        serialised once per pass: at a thousand targets building and encoding it per request took
+        seconds. None when the window is not published or the snapshot is stale."""
+        rt: Runtime = app.state.runtime
+        snap = rt.snapshot
+        report = snap.reports.get(seconds)
+        if report is None or rt.now() - snap.computed_unix > 2 * rt.settings.derive_interval + 5:
+            return None
+        key = (snap.computed_unix, seconds, business_type)
+        body = published.get(key)
+        if body is None:
+            if business_type is not None:  # a business type's groups and its own merged stats
+                report = dataclasses.replace(
+                    report,
+                    groups=tuple(g for g in report.groups if g.business_type == business_type),
+                    business_types=tuple(b for b in report.business_types if b.business_type == business_type),
+                )
+            body = report_out(format_duration(seconds), report).model_dump_json().encode()
+            for old in [k for k in published if k[0] != snap.computed_unix or len(published) > 64]:
+                del published[old]
+            published[key] = body
+        return body
+
     @app.get("/api/v1/serving", response_model=ServingResponse, tags=["serving"])
     async def serving(
         rt: RuntimeDep,
@@ -203,6 +230,10 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         business_type: str | None = None,
     ) -> ServingResponse:
         seconds = window_seconds(window)
+        if target is None and model is None:
+            cached = await asyncio.to_thread(published_json, seconds, business_type)
+            if cached is not None:
+                return Response(cached, media_type="application/json")  # type: ignore[return-value]
         report = await asyncio.to_thread(rt.report, seconds, rt.now(), target, model, business_type)
         return report_out(format_duration(seconds), report)
 

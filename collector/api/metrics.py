@@ -233,9 +233,19 @@ class LlmsloCollector(Collector):
                 families[name] = GaugeMetricFamily(name, doc, labels=[*base, conv.LABEL_WINDOW, *extra])
             return families[name]
 
-        for window, report in sorted(self.runtime.snapshot.reports.items()):
+        limit = self.runtime.settings.server.metrics_target_limit
+        omitted = GaugeMetricFamily(
+            conv.SERVING_GROUPS_OMITTED,
+            "(target, model) pairs whose llmslo_serving_* series are left out of /metrics because the "
+            "fleet has more than server.metrics_target_limit of them (business-type series stay).",
+        )
+        reports = sorted(self.runtime.snapshot.reports.items())
+        pairs = max((len(r.groups) for _, r in reports), default=0)
+        omitted.add_metric([], float(pairs if pairs > limit else 0))
+        yield omitted
+        for window, report in reports:
             w = format_duration(window)
-            for g in report.groups:
+            for g in report.groups if pairs <= limit else ():
                 cfg = self.runtime.targets.get(g.target)
                 values = [cfg.labels.get(k, "") if cfg else "" for k in static]
                 _emit(fam, conv.SCOPE_SERVING, [g.target, g.model, g.business_type, *values, w], g.stats)

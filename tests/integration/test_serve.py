@@ -134,3 +134,68 @@ targets:
             out, _ = proc.communicate()
     assert proc.returncode == 0, out
     assert "Traceback" not in out, out
+
+
+def test_a_large_fleet_keeps_metrics_bounded_and_serves_published_windows_from_the_snapshot(
+    tmp_path: Path, targets: TargetServer
+) -> None:
+    """Above `server.metrics_target_limit` (target, model) pairs, /metrics drops the per-target
+    derived series and says so; /api/v1/serving answers published windows from the last derive
+    pass, with the same groups a filtered (computed) request shows."""
+    port = free_port()
+    config = tmp_path / "llmslo.yaml"
+    config.write_text(f"""\
+data_dir: {tmp_path / "data"}
+derive_interval: 1s
+server: {{metrics_target_limit: 1}}
+scrape: {{interval: 1s, timeout: 800ms}}
+targets:
+  - {{name: a, url: "{targets.url("/healthy")}", business_type: chat}}
+  - {{name: b, url: "{targets.url("/healthy")}", business_type: batch}}
+""")
+    env = {**os.environ, "LLMSLO_SERVER__PORT": str(port)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "serve", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200)
+
+        def derived() -> dict[str, list[object]] | None:
+            text = httpx.get(f"{base}/metrics").text
+            fams = {f.name: f.samples for f in text_string_to_metric_families(text)}
+            omitted = fams.get("llmslo_serving_groups_omitted", [])
+            ready = omitted and omitted[0].value == 2.0 and "llmslo_business_requests_per_second" in fams  # type: ignore[attr-defined]
+            return fams if ready else None
+
+        fams = wait_for(derived)
+        assert not [
+            name for name in fams if name.startswith("llmslo_serving_") and name != "llmslo_serving_groups_omitted"
+        ]
+        types = {s.labels["business_type"] for s in fams["llmslo_business_requests_per_second"]}  # type: ignore[attr-defined]
+        assert types == {"chat", "batch"}
+
+        published = httpx.get(f"{base}/api/v1/serving", params={"window": "5m"})
+        assert published.headers["content-type"] == "application/json"
+        body = published.json()
+        assert sorted(g["target"] for g in body["groups"]) == ["a", "b"]
+        assert body["window"] == "5m" and body["end_unix"] > body["start_unix"]
+        chat = httpx.get(f"{base}/api/v1/serving", params={"window": "5m", "business_type": "chat"}).json()
+        assert [g["target"] for g in chat["groups"]] == ["a"]
+        assert [b["business_type"] for b in chat["business_types"]] == ["chat"]
+        computed = httpx.get(f"{base}/api/v1/serving", params={"window": "5m", "target": "a"}).json()
+        assert set(computed) == set(chat) and [g["target"] for g in computed["groups"]] == ["a"]
+        assert chat["groups"][0]["stats"]["requests"] > 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out, out
