@@ -178,8 +178,8 @@ class Runtime:
             if not ledger.ready:
                 started = time.perf_counter()
                 ledger.backfill(
-                    lambda lo, hi: self.store.read_rows(lo, hi, metrics=SLO_METRICS),
-                    lambda lo, hi: read_requests(self.store, lo, hi),
+                    lambda lo, hi, period: self.store.read_rows(lo, hi, metrics=SLO_METRICS, period=period),
+                    lambda lo, hi, period: read_requests(self.store, lo, hi, period),
                     now_unix,
                 )
                 log.info("SLO ledger filled from the stored rollups in %.1f s", time.perf_counter() - started)

@@ -227,31 +227,28 @@ class SloLedger:
 
     def backfill(
         self,
-        read_rows: Callable[[int, int], Sequence[Row]],
-        read_requests: Callable[[int, int], Sequence[tuple[RequestKey, RequestCell]]],
+        read_rows: Callable[[int, int, int], Sequence[Row]],
+        read_requests: Callable[[int, int, int], Sequence[tuple[RequestKey, RequestCell]]],
         now_unix: float,
     ) -> None:
-        """Fill the rings from the store up to the minute the live commits started in, one day at
-        a time (bounded memory however long the period)."""
+        """Fill the rings from the store up to the minute the live commits started in: hour cells
+        a day at a time, minute cells an hour at a time (memory bounded by one hour of the fleet's
+        rows, however long the period); trace request cells likewise. `read_*(start, end, period)`."""
         assert self.live_since is not None
         until = period_start(self.live_since)
         start, _ = period_bounds(self.rules, now_unix)
         start = min(start, period_start(now_unix) + MINUTE_SECONDS - int(max(windows_needed(self.rules))))
         start -= start % HOUR_SECONDS
-        day = 86400
-        for lo in range(start, until, day):
-            hi = min(lo + day, until)
-            by_cell: dict[tuple[str, int, int], list[tuple[SeriesIdent, Cell]]] = defaultdict(list)
-            for r in read_rows(lo, hi):
-                if r.start_unix + r.period_seconds <= until:
-                    by_cell[(r.cell.target, r.start_unix, r.period_seconds)].append((r.cell.ident, r.cell.cell))
-            for (target, t, period), cells in by_cell.items():
-                self.add_cells(target, t, period, cells)
-            by_period: dict[int, list[tuple[RequestKey, RequestCell]]] = defaultdict(list)
-            for key, cell in read_requests(lo, hi):
-                by_period[HOUR_SECONDS if key.start_unix % HOUR_SECONDS == 0 else MINUTE_SECONDS].append((key, cell))
-            for period, requests in by_period.items():
-                self.add_requests(requests, period)
+        for period, step in ((HOUR_SECONDS, 86400), (MINUTE_SECONDS, HOUR_SECONDS)):
+            for lo in range(start, until, step):
+                hi = min(lo + step, until)
+                by_cell: dict[tuple[str, int], list[tuple[SeriesIdent, Cell]]] = defaultdict(list)
+                for r in read_rows(lo, hi, period):
+                    if r.start_unix + r.period_seconds <= until:
+                        by_cell[(r.cell.target, r.start_unix)].append((r.cell.ident, r.cell.cell))
+                for (target, t), cells in by_cell.items():
+                    self.add_cells(target, t, period, cells)
+                self.add_requests(read_requests(lo, hi, period), period)
         self.ready = True
 
     # --- evaluation ------------------------------------------------------------------------------

@@ -292,10 +292,13 @@ class Store:
         metrics: Iterable[str] | None = None,
         target: str | None = None,
         model: str | None = None,
+        period: int | None = None,
     ) -> list[Row]:
         """Every stored cell with start in [start_unix, end_unix), unmerged (for evaluators that
-        need several windows, or time slices, from one read)."""
+        need several windows, or time slices, from one read); `period`: minute or hour cells only."""
         cond = [rollups.c.start_unix >= start_unix, rollups.c.start_unix < end_unix]
+        if period is not None:
+            cond.append(rollups.c.period_seconds == period)
         if metrics is not None:
             cond.append(series.c.metric.in_(sorted(set(metrics))))
         if target is not None:

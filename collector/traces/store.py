@@ -162,15 +162,16 @@ def _ingest(
     return len(fresh_keys), cells
 
 
-def read_requests(store: Store, start_unix: int, end_unix: int) -> list[tuple[RequestKey, RequestCell]]:
-    """Cells lying wholly inside [start, end): minutes, and hours after compaction."""
+def read_requests(
+    store: Store, start_unix: int, end_unix: int, period: int | None = None
+) -> list[tuple[RequestKey, RequestCell]]:
+    """Cells lying wholly inside [start, end): minutes, and hours after compaction (`period`: only
+    minute or only hour cells)."""
+    cond = [request_rollups.c.start_unix >= start_unix, request_rollups.c.start_unix < end_unix]
+    if period is not None:
+        cond.append(request_rollups.c.period_seconds == period)
     with store.engine.connect() as conn:
-        rows = conn.execute(
-            select(request_rollups).where(
-                request_rollups.c.start_unix >= start_unix,
-                request_rollups.c.start_unix < end_unix,
-            )
-        )
+        rows = conn.execute(select(request_rollups).where(*cond))
         return [
             (
                 RequestKey(r.start_unix, r.business_type, r.model, r.tenant, r.measured_at),
