@@ -9,7 +9,6 @@ so any window is a merge of minute (or, after compaction, hour) cells.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -109,19 +108,6 @@ class Cell:
             self.observed_seconds,
             self.last_unix,
         )
-
-
-def merge_cells(cells: Iterable[SeriesCell]) -> list[SeriesCell]:
-    """One cell per (target, series): the merge of all `cells` given for it (inputs untouched)."""
-    merged: dict[tuple[str, SeriesIdent], SeriesCell] = {}
-    for sc in cells:
-        key = (sc.target, sc.ident)
-        have = merged.get(key)
-        if have is None:
-            merged[key] = SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
-        else:
-            have.cell.merge(sc.cell)
-    return list(merged.values())
 
 
 def period_start(unix: float, period_seconds: int = MINUTE_SECONDS) -> int:

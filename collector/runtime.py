@@ -22,7 +22,7 @@ from collector.analytics.running import RunningWindows
 from collector.analytics.serving import ServingReport, build_report
 from collector.config import Settings, TargetConfig
 from collector.fleetmap import FleetMap
-from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, merge_cells, period_start
+from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, period_start
 from collector.slo.alerts import AlertBook, deliver
 from collector.slo.evaluate import SloStatus, evaluate, period_bounds
 from collector.slo.incidents import TargetHealth, Wanted, cache_alerts, cache_alerts_from, target_alerts
@@ -253,7 +253,14 @@ class Runtime:
                     for sc in cells
                     if (target is None or sc.target == target) and (model is None or sc.ident.key.model == model)
                 ]
-            cells = merge_cells([*cells, *self.recent_cells(closed_end, now_unix, target, model)])
+            merged = {(sc.target, sc.ident): sc for sc in cells}  # copies already: merge into them
+            for sc in self.recent_cells(closed_end, now_unix, target, model):
+                have = merged.get((sc.target, sc.ident))
+                if have is None:
+                    merged[(sc.target, sc.ident)] = SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
+                else:
+                    have.cell.merge(sc.cell)
+            cells = list(merged.values())
         return build_report(cells, window_seconds, start, end, self.business_type_of, business_type)
 
     def sliding_cells(

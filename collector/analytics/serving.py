@@ -67,20 +67,27 @@ class ServingStats:
 def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
     """Serving metrics for any scope (one model of one target, or a whole business type)."""
     cells = list(cells)
+    by_metric: dict[str, list[SeriesCell]] = defaultdict(list)  # one pass; each figure reads its metric
+    for sc in cells:
+        by_metric[sc.ident.key.metric].append(sc)
+
+    def of(metric: str) -> list[SeriesCell]:
+        return by_metric.get(metric, [])
+
     observed_by_target: dict[str, float] = defaultdict(float)
     for sc in cells:
         if sc.ident.kind is not Kind.GAUGE:
             observed_by_target[sc.target] = max(observed_by_target[sc.target], sc.cell.observed_seconds)
 
     def total(metric: str) -> float | None:
-        found = [sc for sc in cells if sc.ident.key.metric == metric and sc.ident.kind is Kind.COUNTER]
+        found = [sc for sc in of(metric) if sc.ident.kind is Kind.COUNTER]
         return sum(sc.cell.value for sc in found) if found else None
 
     def rate(metric: str) -> float | None:
         per_target: dict[str, float] = defaultdict(float)
         found = False
-        for sc in cells:
-            if sc.ident.key.metric == metric and sc.ident.kind is Kind.COUNTER:
+        for sc in of(metric):
+            if sc.ident.kind is Kind.COUNTER:
                 per_target[sc.target] += sc.cell.value
                 found = True
         if not found:
@@ -89,8 +96,8 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
         return sum(rates) if rates else None
 
     finished: dict[str, float] = defaultdict(float)
-    for sc in cells:
-        if sc.ident.key.metric == "request_success" and sc.ident.kind is Kind.COUNTER:
+    for sc in of("request_success"):
+        if sc.ident.kind is Kind.COUNTER:
             reason = dict(sc.ident.key.labels).get("finished_reason", "unknown")
             finished[reason] += sc.cell.value
     requests = sum(finished.values()) if finished else None
@@ -100,22 +107,22 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
 
     queries, hits = total("prefix_cache_queries"), total("prefix_cache_hits")
     hit_ratio = hits / queries if queries and hits is not None else None
-    units = {sc.unit for sc in cells if sc.ident.key.metric == "prefix_cache_queries" and sc.unit}
+    units = {sc.unit for sc in of("prefix_cache_queries") if sc.unit}
     if queries is None:
         # vLLM V0 (<= 0.8) only exposed a hit-rate gauge; its mean is the best there is.
-        v0 = _gauge(cells, "prefix_cache_hit_rate_v0", combine_max=True)
+        v0 = _gauge(of("prefix_cache_hit_rate_v0"), combine_max=True)
         if v0 is not None:
             hit_ratio, units = v0.mean, {"v0_gauge"}
 
     latencies: dict[str, LatencyStats] = {}
     for metric in LATENCY_METRICS:
-        stats = _latency(cells, metric)
+        stats = _latency(of(metric), metric)
         if stats is not None:
             latencies[metric] = stats
-    lengths = {m: st for m in LENGTH_METRICS if (st := _latency(cells, m)) is not None}
+    lengths = {m: st for m in LENGTH_METRICS if (st := _latency(of(m), m)) is not None}
     tpot_mean = None
     if "tpot" not in latencies:
-        itl = _latency(cells, "itl")
+        itl = _latency(of("itl"), "itl")
         if itl is not None:
             latencies["tpot"] = LatencyStats(
                 itl.count,
@@ -125,7 +132,7 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
                 source="itl",
                 mixed_bucket_layouts=itl.mixed_bucket_layouts,
             )
-        tpot_mean = _tpot_mean_estimate(cells, total("generation_tokens"))
+        tpot_mean = _tpot_mean_estimate(of("decode"), total("generation_tokens"))
 
     return ServingStats(
         window_seconds=window_seconds,
@@ -143,9 +150,9 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
         prefix_cache_hits=hits,
         prefix_cache_hit_ratio=hit_ratio,
         prefix_cache_unit="/".join(sorted(units)),
-        kv_cache_usage=_gauge(cells, "kv_cache_usage", combine_max=True),
-        requests_running=_gauge(cells, "requests_running", combine_max=False),
-        requests_waiting=_gauge(cells, "requests_waiting", combine_max=False),
+        kv_cache_usage=_gauge(of("kv_cache_usage"), combine_max=True),
+        requests_running=_gauge(of("requests_running"), combine_max=False),
+        requests_waiting=_gauge(of("requests_waiting"), combine_max=False),
         latencies=latencies,
         lengths=lengths,
         tpot_mean_estimate_seconds=tpot_mean,
@@ -153,9 +160,10 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
 
 
 def _latency(cells: list[SeriesCell], metric: str) -> LatencyStats | None:
+    """`cells`: the series of `metric`."""
     layouts: dict[tuple[float, ...], list[Cell]] = defaultdict(list)
     for sc in cells:
-        if sc.ident.key.metric == metric and sc.ident.kind is Kind.HISTOGRAM and sc.cell.buckets:
+        if sc.ident.kind is Kind.HISTOGRAM and sc.cell.buckets:
             layouts[sc.ident.bounds].append(sc.cell)
     if not layouts:
         return None
@@ -172,10 +180,10 @@ def _latency(cells: list[SeriesCell], metric: str) -> LatencyStats | None:
     return LatencyStats(cell.value, mean, quantiles, source=metric, mixed_bucket_layouts=len(merged) > 1)
 
 
-def _tpot_mean_estimate(cells: list[SeriesCell], generation_tokens: float | None) -> float | None:
+def _tpot_mean_estimate(decode_cells: list[SeriesCell], generation_tokens: float | None) -> float | None:
     """Before vLLM 0.11 there is no per-request TPOT histogram: mean decode time per token
     after the first = decode_time_sum / (generation_tokens - requests)."""
-    decode = [sc.cell for sc in cells if sc.ident.key.metric == "decode" and sc.ident.kind is Kind.HISTOGRAM]
+    decode = [sc.cell for sc in decode_cells if sc.ident.kind is Kind.HISTOGRAM]
     if not decode or generation_tokens is None:
         return None
     decode_sum = sum(c.sum for c in decode)
@@ -184,10 +192,10 @@ def _tpot_mean_estimate(cells: list[SeriesCell], generation_tokens: float | None
     return decode_sum / tokens_after_first if tokens_after_first > 0 else None
 
 
-def _gauge(cells: list[SeriesCell], metric: str, combine_max: bool) -> GaugeStats | None:
+def _gauge(cells: list[SeriesCell], combine_max: bool) -> GaugeStats | None:
     """Combine one gauge across series: counts (running, waiting) add up across targets and
     models; fractions (KV usage) take the max, since a mean hides the saturated replica."""
-    found = [sc.cell for sc in cells if sc.ident.key.metric == metric and sc.ident.kind is Kind.GAUGE and sc.cell.n > 0]
+    found = [sc.cell for sc in cells if sc.ident.kind is Kind.GAUGE and sc.cell.n > 0]
     if not found:
         return None
     if combine_max:
