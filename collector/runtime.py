@@ -82,15 +82,15 @@ class Runtime:
         }
         self.loops = ScrapeLoops(list(self.scrapers.values()), self.tracked)
         # long windows of the serving view as running sums (collector/analytics/running.py); a
-        # minute closes once its last scrapes can have committed
-        grace = max([settings.target_timeout(t) for t in settings.targets] + [0.0]) + 5.0
+        # minute closes once its last scrapes can have committed; the open ones are in memory
+        # (at most 55 s: the scrapers keep two minutes; a scrape slower than that which commits
+        # later still lands in the store, but not in the running sums)
+        grace = min(55.0, max([settings.target_timeout(t) for t in settings.targets] + [0.0]) + 5.0)
         self.running = RunningWindows(
             [w for w in settings.windows if settings.sliding_horizon < w <= settings.retention.minute_rollups],
             lambda lo, hi: self.store.read_window(lo, hi),
             grace,
         )
-        for scraper in self.scrapers.values():  # the open minutes come from the scrapes in memory
-            scraper.keep_recent_seconds = max(settings.sliding_horizon, 2 * MINUTE_SECONDS + grace)
         self.targets: dict[str, TargetConfig] = {t.name: t for t in settings.targets}
         self.snapshot = Snapshot()
         self.rules: SloRules | None = load_rules(settings.rules).rules if settings.rules else None
@@ -254,7 +254,7 @@ class Runtime:
                     if (target is None or sc.target == target) and (model is None or sc.ident.key.model == model)
                 ]
             merged = {(sc.target, sc.ident): sc for sc in cells}  # copies already: merge into them
-            for sc in self.recent_cells(closed_end, now_unix, target, model):
+            for sc in self.open_cells(closed_end, target, model):
                 have = merged.get((sc.target, sc.ident))
                 if have is None:
                     merged[(sc.target, sc.ident)] = SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
@@ -290,22 +290,19 @@ class Runtime:
             out.extend(merged.values())
         return out
 
-    def recent_cells(
-        self, from_minute: int, now_unix: float, target: str | None = None, model: str | None = None
-    ) -> list[SeriesCell]:
-        """Deltas of the scrapes in memory stored in minutes from `from_minute` on, up to `now`."""
+    def open_cells(self, from_minute: int, target: str | None = None, model: str | None = None) -> list[SeriesCell]:
+        """The stored cells of the minutes from `from_minute` on that the scrapers keep in memory
+        (the minute being written and the one before it)."""
         out: list[SeriesCell] = []
         for name, scraper in self.scrapers.items():
             if target is not None and name != target:
                 continue
-            for scrape in list(scraper.recent):
-                if scrape.minute < from_minute or scrape.unix > now_unix:
-                    continue
-                out.extend(
-                    SeriesCell(name, ident, scrape.units.get(ident.key, ""), cell)
-                    for ident, cell in scrape.cells.items()
-                    if model is None or ident.key.model == model
-                )
+            idents, units = scraper.idents, scraper.units
+            for _, cells in scraper.open_minute.stored(from_minute):
+                for sid, cell in cells:
+                    ident = idents.get(sid)
+                    if ident is not None and (model is None or ident.key.model == model):
+                        out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
         return out
 
     def refresh_snapshot(self, now_unix: float) -> Snapshot:

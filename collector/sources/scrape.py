@@ -93,10 +93,11 @@ class TargetScraper:
         self.cache: SlotCache = new_cache()
         self.tracker = DeltaTracker()
         self.series_ids: dict[SeriesIdent, int] = {}
+        self.idents: dict[int, SeriesIdent] = {}  # the reverse of series_ids
+        self.units: dict[SeriesKey, str] = {}  # of the last committed scrape
         self.target_id: int | None = None
         self.recent: deque[RecentScrape] = deque()  # newest last, back to `keep_recent_seconds`
-        # the sliding windows need their horizon; the running long windows (Runtime) the open minutes
-        self.keep_recent_seconds = settings.sliding_horizon
+        self.keep_recent_seconds = settings.sliding_horizon  # what the sliding windows need
 
     @property
     def interval(self) -> float:
@@ -113,6 +114,7 @@ class TargetScraper:
         """Register the target and resume its delta state from the last committed scrape."""
         target_id = self.store.ensure_target(self.target.name, self.target.url)
         self.tracker, self.series_ids = self.store.load_tracker(target_id)
+        self.idents = {sid: ident for ident, sid in self.series_ids.items()}
         self.target_id = target_id
 
     async def run_scheduled(self, clock: Callable[[], float] = time.time) -> None:
@@ -259,6 +261,9 @@ class TargetScraper:
     def _adopt(self, item: ScrapeCommit, now: float) -> None:
         """The scrape is stored: the delta state advances, and the sliding windows see it."""
         deltas = item.deltas
+        for ident, sid in item.new_ids.items():
+            self.idents[sid] = ident
+        self.units = item.units
         self.tracker.commit(deltas, now)
         self._remember(RecentScrape(now, deltas.minute, deltas.cells, item.units))
         if self.on_commit is not None:

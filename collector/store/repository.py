@@ -395,13 +395,26 @@ class OpenMinute:
     commit (its baseline) fell in an earlier minute, no row of M can exist yet and the cells here
     are the whole truth: the next commit merges in memory and upserts without reading. After a
     collector restart in the middle of a minute, or a clock that went back, the rows are read once.
+    The minute before is kept too: with this one, the minutes the serving view's running windows
+    read from memory (collector/analytics/running.py).
     """
 
-    __slots__ = ("cells", "minute")
+    __slots__ = ("cells", "minute", "previous")
 
     def __init__(self) -> None:
         self.minute: int | None = None
         self.cells: dict[int, Cell] = {}
+        self.previous: tuple[int, dict[int, Cell]] | None = None
+
+    def stored(self, from_minute: int) -> list[tuple[int, list[tuple[int, Cell]]]]:
+        """(minute, cells by series id) of the kept minutes from `from_minute` on, as stored."""
+        out = []
+        previous, minute, cells = self.previous, self.minute, self.cells
+        if previous is not None and previous[0] >= from_minute:
+            out.append((previous[0], list(previous[1].items())))
+        if minute is not None and minute >= from_minute:
+            out.append((minute, list(cells.items())))
+        return out
 
     def known_cells(self, minute: int, baseline_unix: float | None) -> dict[int, Cell] | None:
         if minute == self.minute:
@@ -455,6 +468,8 @@ class ScrapeCommit:
         if self.merged is None:
             return
         if om.minute != self.deltas.minute:
+            kept = om.minute is not None and om.minute < self.deltas.minute
+            om.previous = (om.minute, om.cells) if kept and om.minute is not None else None
             om.minute, om.cells = self.deltas.minute, {}
         om.cells.update(self.merged)
 
