@@ -6,6 +6,7 @@ TTFT bucket only says "between 1 s and 2.5 s", and alerts must not pretend other
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,11 +45,10 @@ def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[f
     if total <= 0 or math.isnan(total):
         return None
     rank = q * total
-    index = len(cumulative) - 1
-    for i, count in enumerate(cumulative):
-        if count >= rank and count > 0:
-            index = i
-            break
+    # the first bucket whose cumulative count reaches the rank (and holds something: for q = 0,
+    # the first non-empty one); the counts never decrease, so a binary search finds it
+    index = bisect.bisect_left(cumulative, rank) if rank > 0 else bisect.bisect_right(cumulative, 0.0)
+    index = min(index, len(cumulative) - 1)
     if index == len(bounds):  # the +Inf bucket
         top = bounds[-1] if bounds else math.inf
         return QuantileEstimate(q, top, top, math.inf, True)

@@ -64,3 +64,34 @@ def test_fraction_at_a_bound_is_exact_and_off_a_bound_is_interpolated() -> None:
     assert not exact and frac == pytest.approx((18 + 1 * (1.0 / 1.5)) / 20)
     assert fraction_at_or_below(100.0, BOUNDS, CUM) == (1.0, False)
     assert fraction_at_or_below(1.0, BOUNDS, [0] * 9) is None
+
+
+def _first_reaching_rank(q: float, cumulative: list[float]) -> int:
+    """The definition, a linear scan: the first bucket whose count reaches rank q * total and
+    holds something."""
+    rank = q * cumulative[-1]
+    for i, count in enumerate(cumulative):
+        if count >= rank and count > 0:
+            return i
+    return len(cumulative) - 1
+
+
+def test_the_binary_search_finds_the_bucket_the_definition_names() -> None:
+    import random
+
+    rng = random.Random(5)
+    for _ in range(3000):
+        n = rng.randint(1, 25)
+        bounds = sorted(rng.sample(range(1, 1000), n))
+        per_bucket = [rng.choice([0, 0, 0, 1, 2, 7, 1000]) for _ in range(n + 1)]
+        cumulative = [float(sum(per_bucket[: i + 1])) for i in range(n + 1)]
+        if cumulative[-1] == 0:
+            continue
+        for q in (0.0, 0.5, 0.9, 0.95, 0.99, 1.0, rng.random()):
+            est = histogram_quantile(q, [float(b) for b in bounds], cumulative)
+            assert est is not None
+            i = _first_reaching_rank(q, cumulative)
+            if i == n:
+                assert est.upper_bound == float("inf")
+            else:
+                assert est.upper_bound == bounds[i], (q, bounds, cumulative)
