@@ -199,6 +199,13 @@ class LlmsloCollector(Collector):
             if st.process_start_unix is not None:
                 process_start.add_metric([name], st.process_start_unix)
         yield from (up, dur, samples, size, last, total, errors, resets, restarts, last_restart, process_start)
+        skipped = CounterMetricFamily(
+            conv.SCRAPE_SLOTS_SKIPPED_TOTAL,
+            "Scrape slots skipped because the target's previous scrape overran its interval, or the "
+            "process could not keep up (all targets together).",
+        )
+        skipped.add_metric([], float(self.runtime.loops.skipped_slots))
+        yield skipped
         fleet = self.runtime.fleet
         pair = [conv.LABEL_TARGET, conv.LABEL_MODEL]
         unassigned = GaugeMetricFamily(

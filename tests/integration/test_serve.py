@@ -123,6 +123,8 @@ targets:
         assert len(p95) == 1 and 1.0 <= p95[0].value <= 2.5
         assert p95[0].labels["cluster"] == "local"  # the target's static labels
         assert "llmslo_business_requests_per_second" in fams
+        # every scrape is bounded by its 0.8 s timeout, inside the 1 s interval: no slot skipped
+        assert fams["llmslo_scrape_slots_skipped"][0].value == 0  # type: ignore[attr-defined]
         assert httpx.get(f"{base}/docs").status_code == 200
         assert "/api/v1/serving" in httpx.get(f"{base}/openapi.json").json()["paths"]
     finally:
