@@ -204,33 +204,44 @@ class TargetScraper:
         }
         try:
             async with asyncio.timeout(self.timeout):
-                async with self.client.stream("GET", self.target.url, headers=headers, timeout=self.timeout) as resp:
-                    if resp.status_code != 200:
-                        raise ScrapeError(conv.REASON_HTTP_STATUS, f"HTTP {resp.status_code} from {self.status.url}")
-                    declared = resp.headers.get("content-length")
-                    if declared and declared.isdigit() and int(declared) > limit:
-                        raise ScrapeError(
-                            conv.REASON_TOO_LARGE,
-                            f"body of {declared} bytes exceeds the limit of {limit} bytes",
-                        )
-                    chunks: list[bytes] = []
-                    size = 0
-                    async for chunk in resp.aiter_bytes():
-                        size += len(chunk)
-                        if size > limit:
-                            raise ScrapeError(
-                                conv.REASON_TOO_LARGE,
-                                f"body exceeds the limit of {limit} bytes (after decompression)",
-                            )
-                        chunks.append(chunk)
-                    self.status.body_bytes = size
-                    return b"".join(chunks), resp.headers.get("content-type")
+                try:
+                    return await self._get(headers, limit)
+                except (httpx.RemoteProtocolError, httpx.ReadError):
+                    # The keep-alive connection was closed by the server while idle (uvicorn, which
+                    # vLLM runs on, closes after 5 s) just as it was reused. A GET is safe to repeat:
+                    # once, on a new connection, within the same timeout (Go's client, and so
+                    # Prometheus, does the same).
+                    return await self._get(headers, limit)
         except TimeoutError:
             raise ScrapeError(conv.REASON_TIMEOUT, f"no complete answer within {self.timeout:g}s") from None
         except httpx.TimeoutException:
             raise ScrapeError(conv.REASON_TIMEOUT, f"no complete answer within {self.timeout:g}s") from None
         except httpx.HTTPError as exc:
             raise ScrapeError(conv.REASON_CONNECT, f"{type(exc).__name__}: {exc}") from None
+
+    async def _get(self, headers: dict[str, str], limit: int) -> tuple[bytes, str | None]:
+        assert self.client is not None
+        async with self.client.stream("GET", self.target.url, headers=headers, timeout=self.timeout) as resp:
+            if resp.status_code != 200:
+                raise ScrapeError(conv.REASON_HTTP_STATUS, f"HTTP {resp.status_code} from {self.status.url}")
+            declared = resp.headers.get("content-length")
+            if declared and declared.isdigit() and int(declared) > limit:
+                raise ScrapeError(
+                    conv.REASON_TOO_LARGE,
+                    f"body of {declared} bytes exceeds the limit of {limit} bytes",
+                )
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    raise ScrapeError(
+                        conv.REASON_TOO_LARGE,
+                        f"body exceeds the limit of {limit} bytes (after decompression)",
+                    )
+                chunks.append(chunk)
+            self.status.body_bytes = size
+            return b"".join(chunks), resp.headers.get("content-type")
 
     async def _commit(self, snapshot: EngineSnapshot, now: float) -> None:
         item = self._prepare(snapshot, now)

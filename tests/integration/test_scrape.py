@@ -152,3 +152,57 @@ def test_a_refused_connection_is_a_connect_error(tmp_path: Path, reason: str) ->
     rt = asyncio.run(run())
     assert rt.scrapers["t"].status.last_error_reason == reason
     rt.store.close()
+
+
+def test_a_keep_alive_connection_the_server_dropped_is_retried_once(tmp_path: Path) -> None:
+    """A server that answers the first request on a connection and drops the connection on the
+    next one, without a response (an idle keep-alive closed just as the scraper reuses it, as
+    uvicorn does after 5 s): every scrape still succeeds, on a new connection. A server that drops
+    every request is still down, with the connection error."""
+    from tests.vllm_fixtures import FAMILIES, render, workload
+
+    body = render(FAMILIES["0.33"], {("m", "0"): workload(1)}).encode()
+    connections = {"n": 0}
+
+    async def serve(drop_all: bool) -> asyncio.base_events.Server:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            connections["n"] += 1
+            served = 0
+            try:
+                while True:
+                    await reader.readuntil(b"\r\n\r\n")
+                    if served >= 1 or drop_all:
+                        return  # closes without a response
+                    served += 1
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: "
+                        + str(len(body)).encode()
+                        + b"\r\n\r\n"
+                        + body
+                    )
+                    await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                writer.close()
+
+        return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+    async def run(drop_all: bool) -> Runtime:
+        server = await serve(drop_all)
+        port = server.sockets[0].getsockname()[1]
+        rt = Runtime(settings_for(tmp_path / str(drop_all), {"t": f"http://127.0.0.1:{port}/metrics"}))
+        await rt.start()
+        for _ in range(4):
+            await rt.scrape_all_once()
+        server.close()
+        await rt.close()
+        return rt
+
+    rt = asyncio.run(run(drop_all=False))
+    status = rt.scrapers["t"].status
+    assert status.scrapes_total == 4 and sum(status.errors_total.values()) == 0 and status.up
+    assert connections["n"] >= 4  # each reuse was dropped and retried on a new connection
+    rt = asyncio.run(run(drop_all=True))
+    status = rt.scrapers["t"].status
+    assert not status.up and status.last_error_reason == "connect"
