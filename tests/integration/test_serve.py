@@ -171,7 +171,9 @@ targets:
             text = httpx.get(f"{base}/metrics").text
             fams = {f.name: f.samples for f in text_string_to_metric_families(text)}
             omitted = fams.get("llmslo_serving_groups_omitted", [])
-            ready = omitted and omitted[0].value == 2.0 and "llmslo_business_requests_per_second" in fams  # type: ignore[attr-defined]
+            rates = fams.get("llmslo_business_requests_per_second", [])
+            types = {s.labels["business_type"] for s in rates}  # type: ignore[attr-defined]
+            ready = omitted and omitted[0].value == 2.0 and types == {"chat", "batch"}  # type: ignore[attr-defined]
             return fams if ready else None
 
         fams = wait_for(derived)
