@@ -19,6 +19,7 @@ import httpx
 
 from collector import conventions as conv
 from collector.analytics.running import RunningWindows
+from collector.analytics.running import add as add_cells
 from collector.analytics.serving import ServingReport, build_report
 from collector.config import Settings, TargetConfig
 from collector.fleetmap import FleetMap
@@ -236,7 +237,7 @@ class Runtime:
 
         Windows up to `sliding_horizon` slide over the scrapes of the last `window_seconds`
         (in memory). Longer configured windows are the running sums of their closed minutes
-        plus the open minutes' scrapes in memory; any other window merges stored minute rollups."""
+        plus the open minutes the scrapers keep in memory; any other window merges stored minute rollups."""
         if window_seconds <= self.settings.sliding_horizon:
             cells = self.sliding_cells(now_unix, window_seconds, target, model)
             start, end = int(now_unix - window_seconds), int(now_unix)
@@ -254,12 +255,7 @@ class Runtime:
                     if (target is None or sc.target == target) and (model is None or sc.ident.key.model == model)
                 ]
             merged = {(sc.target, sc.ident): sc for sc in cells}  # copies already: merge into them
-            for sc in self.open_cells(closed_end, target, model):
-                have = merged.get((sc.target, sc.ident))
-                if have is None:
-                    merged[(sc.target, sc.ident)] = SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
-                else:
-                    have.cell.merge(sc.cell)
+            add_cells(merged, self.open_cells(closed_end, target, model))
             cells = list(merged.values())
         return build_report(cells, window_seconds, start, end, self.business_type_of, business_type)
 

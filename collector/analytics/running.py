@@ -3,9 +3,9 @@
 A window of `w` seconds is split in two: the closed minutes, merged into one cell per series and
 updated once per minute (the minute that closed is added, the minute that left the window is
 subtracted; both read from the store, one minute of rows each), and the minute or two still open,
-merged from the scrapes held in memory for the sliding windows. A derive pass then costs a merge of
-the open scrapes, whatever the window's length; the store is read for two minutes per window per
-minute instead of the whole window every pass.
+as each scraper keeps them in memory (`OpenMinute`, as stored). A derive pass then costs a merge
+of the open minutes, whatever the window's length; the store is read for two minutes per window
+per minute instead of the whole window every pass.
 
 Subtraction is exact for counters and histograms (integers in practice) and for the gauges' sum and
 sample count; a gauge's min and max cannot be subtracted, so each gauge series keeps its per-minute

@@ -164,7 +164,9 @@ class SloLedger:
                 if ident.kind is Kind.GAUGE:
                     continue
                 model = ident.key.model
-                bt = places[model] if model in places else places.setdefault(model, self.place(target, model))
+                if model not in places:
+                    places[model] = self.place(target, model)
+                bt = places[model]
                 if bt is None:
                     continue
                 metric = ident.key.metric
@@ -273,9 +275,8 @@ class SloLedger:
                     continue
                 per_window = {w: counts.window(end - int(w), end) for w in windows}
                 period = counts.window(period_from, end)
-                reason = ""
-                if o.business_type in self.trace_objectives and o in self.trace_objectives[o.business_type]:
-                    reason = "" if period.total > 0 else NEEDS_TRACES
+                from_traces = o in self.trace_objectives.get(o.business_type, ())
+                reason = NEEDS_TRACES if from_traces and period.total <= 0 else ""
                 out.append(make_status(rules, o, now_unix, per_window, period, end - period_from, reason))
         return out
 

@@ -68,7 +68,6 @@ class RecentScrape(NamedTuple):
     """One committed scrape's deltas, kept in memory for the sliding short windows."""
 
     unix: float
-    minute: int  # the minute its cells were stored in
     cells: dict[SeriesIdent, Cell]
     units: dict[SeriesKey, str]
 
@@ -96,8 +95,7 @@ class TargetScraper:
         self.idents: dict[int, SeriesIdent] = {}  # the reverse of series_ids
         self.units: dict[SeriesKey, str] = {}  # of the last committed scrape
         self.target_id: int | None = None
-        self.recent: deque[RecentScrape] = deque()  # newest last, back to `keep_recent_seconds`
-        self.keep_recent_seconds = settings.sliding_horizon  # what the sliding windows need
+        self.recent: deque[RecentScrape] = deque()  # newest last, back to settings.sliding_horizon
 
     @property
     def interval(self) -> float:
@@ -248,7 +246,7 @@ class TargetScraper:
         try:
             await self.committer.commit(item)
         except Exception as exc:
-            raise ScrapeError(conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}") from exc
+            raise _store_failed(exc) from exc
         self._adopt(item, now)
 
     def _store(self, snapshot: EngineSnapshot, now: float) -> None:
@@ -257,7 +255,7 @@ class TargetScraper:
         try:
             self.store.commit_scrapes([item])
         except Exception as exc:
-            raise ScrapeError(conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}") from exc
+            raise _store_failed(exc) from exc
         self._adopt(item, now)
 
     def _prepare(self, snapshot: EngineSnapshot, now: float) -> ScrapeCommit:
@@ -276,7 +274,7 @@ class TargetScraper:
             self.idents[sid] = ident
         self.units = item.units
         self.tracker.commit(deltas, now)
-        self._remember(RecentScrape(now, deltas.minute, deltas.cells, item.units))
+        self._remember(RecentScrape(now, deltas.cells, item.units))
         if self.on_commit is not None:
             self.on_commit(self.target.name, deltas)
         status = self.status
@@ -293,7 +291,7 @@ class TargetScraper:
             recent.clear()  # the clock went back (a test's virtual clock): start afresh
         recent.append(scrape)
         # keep one scrape more than the horizon: its delta covers the horizon's start
-        horizon = scrape.unix - self.keep_recent_seconds - self.interval
+        horizon = scrape.unix - self.settings.sliding_horizon - self.interval
         while len(recent) > 1 and recent[1].unix < horizon:
             recent.popleft()
 
@@ -319,3 +317,7 @@ class TargetScraper:
             backoff = min(self.settings.scrape.backoff_max, self.interval * (2**exponent - 1))
         status.next_allowed_unix = now + backoff
         log.warning("target %s down (%s): %s", self.target.name, reason, message)
+
+
+def _store_failed(exc: Exception) -> ScrapeError:
+    return ScrapeError(conv.REASON_STORE, f"could not store the scrape: {type(exc).__name__}: {exc}")

@@ -48,33 +48,26 @@ class GroupCommitter:
     async def _flush(self) -> None:
         while self.queue:
             group, self.queue = self.queue[: self.max_group], self.queue[self.max_group :]
-            try:
-                async with self.lock:
-                    await asyncio.to_thread(self.store.commit_scrapes, [item for item, _ in group])
-            except Exception as exc:
-                if len(group) > 1:
-                    await self._one_by_one(group)
-                elif not group[0][1].done():
-                    group[0][1].set_exception(exc)
+            if await self._transaction(group) or len(group) == 1:
                 continue
-            self.stats.transactions += 1
-            self.stats.scrapes += len(group)
-            self.stats.largest_group = max(self.stats.largest_group, len(group))
-            for _, future in group:
-                if not future.done():
-                    future.set_result(None)
+            for member in group:  # one member may be at fault: the others still land
+                self.stats.retried_alone += 1
+                await self._transaction([member])
 
-    async def _one_by_one(self, group: list[tuple[ScrapeCommit, asyncio.Future[None]]]) -> None:
-        for item, future in group:
-            self.stats.retried_alone += 1
-            try:
-                async with self.lock:
-                    await asyncio.to_thread(self.store.commit_scrapes, [item])
-            except Exception as exc:
-                if not future.done():
-                    future.set_exception(exc)
-                continue
-            self.stats.transactions += 1
-            self.stats.scrapes += 1
+    async def _transaction(self, group: list[tuple[ScrapeCommit, asyncio.Future[None]]]) -> bool:
+        """Commit `group` in one transaction and settle its scrapes. On failure, a scrape alone
+        gets the error; a group's scrapes stay pending (the caller retries them one by one)."""
+        try:
+            async with self.lock:
+                await asyncio.to_thread(self.store.commit_scrapes, [item for item, _ in group])
+        except Exception as exc:
+            if len(group) == 1 and not group[0][1].done():
+                group[0][1].set_exception(exc)
+            return False
+        self.stats.transactions += 1
+        self.stats.scrapes += len(group)
+        self.stats.largest_group = max(self.stats.largest_group, len(group))
+        for _, future in group:
             if not future.done():
                 future.set_result(None)
+        return True

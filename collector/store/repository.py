@@ -13,6 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -253,12 +254,7 @@ class Store:
                 merged[int(row.series_id)] = _cell_from_row(row, by_id[int(row.series_id)].kind)
         rows = []
         for sid, cell in by_id.items():
-            have = merged.get(sid)
-            if have is None:
-                have = cell.copy()
-            else:
-                have.merge(cell)
-            merged[sid] = have
+            merged[sid] = have = _merged(merged.get(sid), cell)
             rows.append(_cell_to_row(sid, period, start, have))
         upsert(conn, rollups, rows, ROLLUP_KEYS, ROLLUP_VALUES)
         return merged
@@ -424,48 +420,25 @@ class OpenMinute:
         return None
 
 
+@dataclass(slots=True)
 class ScrapeCommit:
     """One scrape handed to `Store.commit_scrapes`."""
 
-    __slots__ = (
-        "baseline_unix",
-        "deltas",
-        "merged",
-        "new_ids",
-        "now_unix",
-        "open_minute",
-        "series_ids",
-        "target_id",
-        "units",
-    )
-
-    def __init__(
-        self,
-        target_id: int,
-        deltas: ScrapeDeltas,
-        units: dict[SeriesKey, str],
-        series_ids: dict[SeriesIdent, int],
-        now_unix: float,
-        open_minute: OpenMinute | None = None,
-        baseline_unix: float | None = None,
-    ) -> None:
-        self.target_id = target_id
-        self.deltas = deltas
-        self.units = units
-        self.series_ids = series_ids
-        self.now_unix = now_unix
-        self.open_minute = open_minute
-        self.baseline_unix = baseline_unix
-        self.new_ids: dict[SeriesIdent, int] = {}
-        self.merged: dict[int, Cell] | None = None  # the minute's cells as stored by this commit
+    target_id: int
+    deltas: ScrapeDeltas
+    units: dict[SeriesKey, str]
+    series_ids: dict[SeriesIdent, int]
+    now_unix: float
+    open_minute: OpenMinute | None = None
+    baseline_unix: float | None = None
+    new_ids: dict[SeriesIdent, int] = field(default_factory=dict)
+    merged: dict[int, Cell] | None = None  # the minute's cells as stored by this commit
 
     def adopt(self) -> None:
         """After the commit: the caller's caches take what is now stored."""
         self.series_ids.update(self.new_ids)
         om = self.open_minute
-        if om is None:
-            return
-        if self.merged is None:
+        if om is None or self.merged is None:
             return
         if om.minute != self.deltas.minute:
             kept = om.minute is not None and om.minute < self.deltas.minute
@@ -508,7 +481,7 @@ def _upsert_sql(
 ) -> str:
     if dialect not in ("sqlite", "postgresql"):  # pragma: no cover - the two supported backends
         raise NotImplementedError(f"unsupported database dialect {dialect!r}")
-    mark = {"qmark": "?", "format": "%s", "pyformat": "%s", "numeric": "?"}[paramstyle]
+    mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}[paramstyle]
     names = ", ".join(columns)
     marks = ", ".join([mark] * len(columns))
     sets = ", ".join(f"{c} = excluded.{c}" for c in updates)

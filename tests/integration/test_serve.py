@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -38,6 +39,31 @@ def targets() -> Iterator[TargetServer]:
         yield srv
 
 
+@contextmanager
+def llmslo_serve(config: Path, port: int) -> Iterator[str]:
+    """`llmslo serve --config` as a subprocess on `port`; yields its base URL. On leaving, it must
+    stop on SIGINT with exit code 0 and no traceback in its output."""
+    env = {**os.environ, "LLMSLO_SERVER__PORT": str(port)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "serve", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        text=True,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out, out
+
+
 def wait_for(fn, timeout: float = 20.0):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     last: object = None
@@ -65,16 +91,7 @@ targets:
   - {{name: timeout, url: "{targets.url("/timeout")}"}}
   - {{name: garbage, url: "{targets.url("/garbage")}"}}
 """)
-    env = {**os.environ, "LLMSLO_SERVER__PORT": str(port)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "serve", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
+    with llmslo_serve(config, port) as base:
         wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200)
         assert httpx.get(f"{base}/healthz").json() == {"status": "ok"}
 
@@ -127,15 +144,6 @@ targets:
         assert fams["llmslo_scrape_slots_skipped"][0].value == 0  # type: ignore[attr-defined]
         assert httpx.get(f"{base}/docs").status_code == 200
         assert "/api/v1/serving" in httpx.get(f"{base}/openapi.json").json()["paths"]
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, _ = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-    assert proc.returncode == 0, out
-    assert "Traceback" not in out, out
 
 
 def test_a_large_fleet_keeps_metrics_bounded_and_serves_published_windows_from_the_snapshot(
@@ -155,16 +163,7 @@ targets:
   - {{name: a, url: "{targets.url("/healthy")}", business_type: chat}}
   - {{name: b, url: "{targets.url("/healthy")}", business_type: batch}}
 """)
-    env = {**os.environ, "LLMSLO_SERVER__PORT": str(port)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "serve", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
+    with llmslo_serve(config, port) as base:
         wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200)
 
         def derived() -> dict[str, list[object]] | None:
@@ -194,12 +193,3 @@ targets:
         computed = httpx.get(f"{base}/api/v1/serving", params={"window": "5m", "target": "a"}).json()
         assert set(computed) == set(chat) and [g["target"] for g in computed["groups"]] == ["a"]
         assert chat["groups"][0]["stats"]["requests"] > 0
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, _ = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-    assert proc.returncode == 0, out
-    assert "Traceback" not in out, out
