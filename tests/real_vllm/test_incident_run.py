@@ -168,6 +168,7 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
             before = raw(vllm)
             wait_for(lambda: (scraper.status.last_success_unix or 0) > time.time() - 1, 10, "no scrape")
             vllm.stop()
+            start_called = time.time()  # the new process starts after this
             vllm.start()
             for i in range(10):
                 complete(vllm.base, f"{SHARED_PREFIX} after restart {i}", 8)
@@ -178,10 +179,13 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
             time.sleep(3)  # scraped again, evaluated
             assert scraper.status.restarts_total == 1
             wait_for(lambda: ("LLMSLOTargetRestarted", "ticket") in firing(), 20, "no restart ticket")
-            # the restart's delta covers the new process's lifetime, not the outage before it
-            restart_scrape = next(r for r in scraper.recent if r.unix > (scraper.status.last_restart_unix or 0))
+            # the restart's delta covers the new process's lifetime, not the outage before it.
+            # (process_start_time_seconds comes from /proc with the boot time in whole seconds, so
+            # it can read up to 1 s after the true start, even after the first scrape that sees the
+            # new process: look for that scrape by the time the process was launched.)
+            restart_scrape = next(r for r in scraper.recent if r.unix > start_called)
             cell = next(iter(restart_scrape.cells.values()))
-            assert cell.observed_seconds <= restart_scrape.unix - (scraper.status.last_restart_unix or 0) + 0.01
+            assert cell.observed_seconds <= restart_scrape.unix - start_called + 0.01
 
             # totals: everything vLLM counted in both processes, including before the first scrape
             def counted(snapshot: dict[Any, float], name: str) -> float:

@@ -179,3 +179,18 @@ def test_a_restart_is_one_restart_however_many_series_reset() -> None:
     quiet = DeltaTracker()
     quiet.commit(quiet.observe(snap(workload(1)), 1000.0), 1000.0)
     assert not quiet.observe(snap(workload(2)), 1015.0).restarted
+
+
+def test_a_restart_whose_start_time_reads_after_the_scrape_is_still_one_restart_counted_in_full() -> None:
+    # process_start_time_seconds adds the boot time in whole seconds to the process's start in
+    # clock ticks, so a process scraped right after it started can claim to have started up to
+    # 1 s in the future: the restart is still seen and every new count kept
+    tracker = DeltaTracker()
+    tracker.commit(tracker.observe(started_at(workload(5), 900.0), 1000.0), 1000.0)
+    deltas = tracker.observe(started_at(workload(1), 1015.6), 1015.1)
+    assert deltas.restarted and deltas.resets > 0
+    assert deltas.cells[PROMPT].value == 5000.0
+    assert deltas.cells[PROMPT].observed_seconds == 0.0  # no time before the claimed start
+    tracker.commit(deltas, 1015.1)
+    after = tracker.observe(started_at(workload(2), 1015.6), 1016.1)
+    assert not after.restarted and after.cells[PROMPT].value == 5000.0
