@@ -187,6 +187,69 @@ class ServerConfig(_Strict):
     metrics_target_limit: int = Field(100, ge=0)
 
 
+class ApiPricesConfig(_Strict):
+    """A managed API's list prices in USD per million tokens, for the self-hosted comparison."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(None, ge=0)
+
+
+class GpuSpecConfig(_Strict):
+    memory_gib: float = Field(gt=0)
+    bandwidth_tbps: float | None = Field(None, gt=0)
+    bf16_tflops: float | None = Field(None, gt=0)
+    tdp_watts: float | None = Field(None, gt=0)
+    confirmed: bool = False
+    source: str = ""
+
+
+class DeploymentConfig(_Strict):
+    """One model's replica set and what it costs: the cost model's inventory entry."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$", max_length=128)
+    targets: list[str] = Field(default_factory=list, description="target names serving this deployment")
+    match_labels: dict[str, str] = Field(default_factory=dict, description="or: every target with these labels")
+    gpu: str = Field(description="a GPU type of the shipped table (collector/data/gpus.yaml) or of `gpus:`")
+    gpus_per_replica: int = Field(1, ge=1)
+    tensor_parallel: int | None = Field(None, ge=1, description="default: gpus_per_replica")
+    replicas: int | None = Field(None, ge=0, description="billed replicas; unset: counted from the targets scraped")
+    gpu_hour_usd: float | None = Field(None, ge=0)
+    node_hour_usd: float | None = Field(None, ge=0, description="or: a node's price, split over gpus_per_node")
+    gpus_per_node: int = Field(8, ge=1)
+    fixed_monthly_usd: float = Field(0.0, ge=0, description="storage, network, licences: spread per hour")
+    model_config_path: str | None = Field(None, description="the model's Hugging Face config.json (or its directory)")
+    parameters: float | None = Field(None, gt=0, description="parameter count, when no checkpoint index gives the size")
+    weight_bits: float | None = Field(None, gt=0, le=32, description="bits per weight when quantised (4.156 for GPTQ g128)")
+    kv_cache_dtype: str = "auto"
+    max_model_len: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float = Field(0.92, gt=0, le=1)  # vLLM 0.32's default
+    api_prices: ApiPricesConfig | None = None
+
+    @property
+    def hourly_gpu_price(self) -> float:
+        if self.gpu_hour_usd is not None:
+            return self.gpu_hour_usd
+        assert self.node_hour_usd is not None
+        return self.node_hour_usd / self.gpus_per_node
+
+    @property
+    def tp(self) -> int:
+        return self.tensor_parallel or self.gpus_per_replica
+
+
+class CostConfig(_Strict):
+    # idle cost (allocated GPU time with no request running) shared over the work pro rata, as
+    # OpenCost's "share idle"; false: reported per deployment as idle, owned by nobody's requests
+    share_idle: bool = True
+    # weight of a prefix-cache hit token relative to an uncached prompt token (hits skip prefill)
+    cached_token_weight: float = Field(0.0, ge=0, le=1)
+    # when vLLM exposes no prefill/decode time histograms: an output token costs this many input tokens
+    output_token_multiplier: float = Field(2.5, gt=0)
+    activation_headroom: float = Field(1.2, ge=1.0, le=2.0)  # the seeds' 1.1-1.3
+    capacity_headroom: float = Field(0.2, ge=0, lt=1, description="spare share kept when sizing replicas")
+
+
 class Settings(_Strict):
     data_dir: str = "./data"
     database_url: str | None = None
@@ -206,6 +269,9 @@ class Settings(_Strict):
     sliding_horizon: Duration = 60.0
     business_types: list[str] = Field(default_factory=lambda: list(DEFAULT_BUSINESS_TYPES))
     targets: list[TargetConfig] = Field(default_factory=list)
+    deployments: list[DeploymentConfig] = Field(default_factory=list)
+    gpus: dict[str, GpuSpecConfig] = Field(default_factory=dict, description="GPU types added to or replacing the table")
+    cost: CostConfig = CostConfig()
 
     @field_validator("windows")
     @classmethod
@@ -315,4 +381,45 @@ def _cross_checks(settings: Settings, source: str, root: yaml.Node | None) -> li
             problems.append(
                 f"{where}: targets[{i}].timeout: {timeout:g}s is longer than the scrape interval {interval:g}s"
             )
+    problems += _deployment_checks(settings, source, root)
+    return problems
+
+
+def _deployment_checks(settings: Settings, source: str, root: yaml.Node | None) -> list[str]:
+    """Each deployment: a known GPU type, a price, targets that exist and belong to no other
+    deployment, a readable model config."""
+    from collector.cost.arch import ArchError, read_arch
+    from collector.cost.inventory import gpu_table
+
+    problems: list[str] = []
+    gpus = gpu_table(settings)
+    owner: dict[str, str] = {}
+    names: set[str] = set()
+    by_name = {t.name: t for t in settings.targets}
+    for i, d in enumerate(settings.deployments):
+        where = f"{source}:{line_of(root, ('deployments', i)) or '?'}: deployments[{i}]"
+        if d.name in names:
+            problems.append(f"{where}.name: duplicate deployment name {d.name!r}")
+        names.add(d.name)
+        if d.gpu not in gpus:
+            problems.append(f"{where}.gpu: unknown GPU type {d.gpu!r} (known: {', '.join(sorted(gpus))}; add it under `gpus:`)")
+        if (d.gpu_hour_usd is None) == (d.node_hour_usd is None):
+            problems.append(f"{where}: set exactly one of gpu_hour_usd and node_hour_usd")
+        if not d.targets and not d.match_labels:
+            problems.append(f"{where}: name its targets (`targets:`) or select them (`match_labels:`)")
+        members = [by_name[n] for n in d.targets if n in by_name]
+        for n in d.targets:
+            if n not in by_name:
+                problems.append(f"{where}.targets: no target named {n!r}")
+        if d.match_labels:
+            members += [t for t in settings.targets if all(t.labels.get(k) == v for k, v in d.match_labels.items())]
+        for t in members:
+            if owner.get(t.name, d.name) != d.name:
+                problems.append(f"{where}: target {t.name!r} is already in deployment {owner[t.name]!r}")
+            owner[t.name] = d.name
+        if d.model_config_path is not None:
+            try:
+                read_arch(d.model_config_path, d.kv_cache_dtype, d.parameters)
+            except ArchError as exc:
+                problems.append(f"{where}.model_config_path: {exc}")
     return problems

@@ -47,6 +47,8 @@ class Logical:
     keep_labels: tuple[str, ...] = ()
 
 
+BUSY = "busy"
+
 LOGICAL_METRICS: tuple[Logical, ...] = (
     # counters (exposed sample names, with `_total`)
     Logical("prompt_tokens", Kind.COUNTER, ("vllm:prompt_tokens_total",)),
@@ -78,6 +80,9 @@ LOGICAL_METRICS: tuple[Logical, ...] = (
         agg=Agg.MAX,
     ),
     Logical("prefix_cache_hit_rate_v0", Kind.GAUGE, ("vllm:gpu_prefix_cache_hit_rate",), agg=Agg.MAX),
+    # derived, exposed by no server: 1 when the scrape saw requests running, else 0, so that a
+    # cell's mean (sum / n) is the share of scrapes the engine was busy (the cost model's busy/idle split)
+    Logical(BUSY, Kind.GAUGE, (), agg=Agg.MAX),
     # histograms (family names)
     Logical("ttft", Kind.HISTOGRAM, ("vllm:time_to_first_token_seconds",)),
     Logical(
@@ -305,6 +310,9 @@ def read_scrape(
     snapshot = EngineSnapshot(samples=len(slots) - n_created, process_start_unix=process_start)
     _fold_scalars(scalars, snapshot)
     _fold_histograms(hists, snapshot)
+    for key, running in list(snapshot.gauges.items()):
+        if key.metric == "requests_running":
+            snapshot.gauges[SeriesKey(key.model, BUSY, key.labels)] = 1.0 if running > 0 else 0.0
     return snapshot
 
 
