@@ -220,7 +220,7 @@ class DeploymentConfig(_Strict):
     fixed_monthly_usd: float = Field(0.0, ge=0, description="storage, network, licences: spread per hour")
     model_config_path: str | None = Field(None, description="the model's Hugging Face config.json (or its directory)")
     parameters: float | None = Field(None, gt=0, description="parameter count, when no checkpoint index gives the size")
-    weight_bits: float | None = Field(None, gt=0, le=32, description="bits per weight when quantised (4.156 for GPTQ g128)")
+    weight_bits: float | None = Field(None, gt=0, le=32, description="bits per weight if quantised (GPTQ g128: 4.156)")
     kv_cache_dtype: str = "auto"
     max_model_len: int | None = Field(None, ge=1)
     gpu_memory_utilization: float = Field(0.92, gt=0, le=1)  # vLLM 0.32's default
@@ -270,7 +270,7 @@ class Settings(_Strict):
     business_types: list[str] = Field(default_factory=lambda: list(DEFAULT_BUSINESS_TYPES))
     targets: list[TargetConfig] = Field(default_factory=list)
     deployments: list[DeploymentConfig] = Field(default_factory=list)
-    gpus: dict[str, GpuSpecConfig] = Field(default_factory=dict, description="GPU types added to or replacing the table")
+    gpus: dict[str, GpuSpecConfig] = Field(default_factory=dict, description="GPU types added to the table")
     cost: CostConfig = CostConfig()
 
     @field_validator("windows")
@@ -402,7 +402,8 @@ def _deployment_checks(settings: Settings, source: str, root: yaml.Node | None) 
             problems.append(f"{where}.name: duplicate deployment name {d.name!r}")
         names.add(d.name)
         if d.gpu not in gpus:
-            problems.append(f"{where}.gpu: unknown GPU type {d.gpu!r} (known: {', '.join(sorted(gpus))}; add it under `gpus:`)")
+            known = ", ".join(sorted(gpus))
+            problems.append(f"{where}.gpu: unknown GPU type {d.gpu!r} (known: {known}; add it under `gpus:`)")
         if (d.gpu_hour_usd is None) == (d.node_hour_usd is None):
             problems.append(f"{where}: set exactly one of gpu_hour_usd and node_hour_usd")
         if not d.targets and not d.match_labels:

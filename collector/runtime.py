@@ -22,6 +22,8 @@ from collector.analytics.running import RunningWindows
 from collector.analytics.running import add as add_cells
 from collector.analytics.serving import ServingReport, build_report
 from collector.config import Settings, TargetConfig
+from collector.cost.allocation import COST_METRICS, CostInputs, CostReport, Line, attribute, tenant_lines
+from collector.cost.inventory import Inventory
 from collector.fleetmap import FleetMap
 from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, period_start
 from collector.slo.alerts import AlertBook, deliver
@@ -96,6 +98,7 @@ class Runtime:
         self.snapshot = Snapshot()
         self.rules: SloRules | None = load_rules(settings.rules).rules if settings.rules else None
         self.fleet = FleetMap(settings.targets, self.rules)
+        self.inventory = Inventory.from_settings(settings)
         # SLO events kept incrementally as scrapes and spans commit (collector/slo/ledger.py)
         self.ledger = (
             SloLedger(self.rules, self.business_type_of, settings.retention.minute_rollups) if self.rules else None
@@ -326,6 +329,24 @@ class Runtime:
             for (business_type, tenant), members in grouped.items():
                 out[(w, business_type, tenant)] = summarize(members)
         return out
+
+    def cost_report(self, start_unix: int, end_unix: int) -> CostReport:
+        """The cost model over [start, end) from the stored rollups (blocking)."""
+        rows = [
+            r
+            for r in self.store.read_rows(start_unix, end_unix, metrics=COST_METRICS)
+            if r.period_seconds == MINUTE_SECONDS or r.start_unix + r.period_seconds <= end_unix
+        ]
+        inputs = CostInputs().add_rows(rows)
+        return attribute(inputs, self.inventory, self.settings.cost, start_unix, end_unix, self.business_type_of)
+
+    def cost_lines(self, report: CostReport, group_by: str) -> dict[str, Line]:
+        """The report's groups by deployment, business type, model, target, or (from the gateway
+        spans of the same window) tenant."""
+        if group_by == "tenant":
+            rows = read_requests(self.store, report.start_unix, report.end_unix)
+            return tenant_lines(report, rows, self.settings.cost.cached_token_weight)
+        return report.by(group_by)
 
     def compact(self, now_unix: float) -> tuple[int, int]:
         r = self.settings.retention

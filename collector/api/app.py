@@ -8,10 +8,10 @@ import gc
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import uvicorn
-from fastapi import FastAPI, Query, Request, Response
+from fastapi import FastAPI, HTTPException, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from collector import __version__
@@ -19,11 +19,13 @@ from collector.api.deps import RuntimeDep
 from collector.api.embedded import EmbeddedServer
 from collector.api.metrics import build_registry
 from collector.api.schemas import (
+    CostResponse,
     RequestSummaryResponse,
     ServingResponse,
     SlosResponse,
     TargetsResponse,
     alert_out,
+    cost_out,
     engine_breakdown,
     report_out,
     slo_out,
@@ -267,6 +269,28 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         summary = summarize(rows, business_type, tenant, model, measured_at)
         report = await asyncio.to_thread(rt.report, seconds, now, None, model, business_type)
         return summary_out(format_duration(seconds), start, end, summary, engine_breakdown(report))
+
+    @app.get("/api/v1/cost", response_model=CostResponse, tags=["cost"])
+    async def cost(
+        rt: RuntimeDep,
+        window: WindowQuery = "1d",
+        start: Annotated[int | None, Query(ge=0, le=2**40, description="unix seconds; with end, not window")] = None,
+        end: Annotated[int | None, Query(ge=0, le=2**40, description="unix seconds, exclusive")] = None,
+        group_by: Literal["deployment", "business_type", "model", "target", "tenant"] = "business_type",
+    ) -> CostResponse:
+        """Cost per group over a window, reconciled to the configured GPU prices (the inventory's
+        `deployments:`): allocation basis (busy + idle share) and usage basis (busy only)."""
+        if (start is None) != (end is None):
+            raise HTTPException(422, "give both start and end, or neither (then window applies)")
+        if start is None or end is None:
+            start, end = window_bounds(rt.now(), window_seconds(window))
+        elif end <= start:
+            raise HTTPException(422, f"end ({end}) must be after start ({start})")
+        elif end - start > 366 * 86400:
+            raise HTTPException(422, "at most 366 days per query")
+        report = await asyncio.to_thread(rt.cost_report, start, end)
+        lines = await asyncio.to_thread(rt.cost_lines, report, group_by)
+        return cost_out(report, group_by, lines)
 
     @app.get("/api/v1/slos", response_model=SlosResponse, tags=["slo"])
     async def slos(rt: RuntimeDep, business_type: str | None = None) -> SlosResponse:

@@ -13,6 +13,8 @@ from collector import conventions as conv
 from collector.analytics.percentiles import QuantileEstimate
 from collector.analytics.serving import GaugeStats, LatencyStats, ServingReport, ServingStats
 from collector.config import format_duration
+from collector.cost.allocation import CostReport
+from collector.cost.allocation import Line as CostLineData
 from collector.fleetmap import FleetMap
 from collector.slo.alerts import AlertInstance
 from collector.slo.evaluate import SloStatus, WindowSli, burn
@@ -430,3 +432,101 @@ def engine_breakdown(report: ServingReport) -> list[EngineBreakdown]:
                 bounded.setdefault(metric, []).append(quantile_out(q))
         out.append(EngineBreakdown(model=g.model, p50_seconds=p50, p95_seconds=p95, quantiles=bounded))
     return out
+
+
+# --- cost -----------------------------------------------------------------------------------------
+
+
+class CostLine(BaseModel):
+    """Cost and work of one group. `cost_usd` = busy (usage basis) + its idle share; the
+    allocation basis divides it by the tokens, the usage basis only the busy part; utilization
+    is their ratio. Ratios are null where there is nothing to divide by."""
+
+    key: str
+    requests: float
+    prompt_tokens: float
+    cached_prompt_tokens: float
+    output_tokens: float
+    cost_usd: float
+    busy_usd: float
+    idle_usd: float
+    usd_per_request: float | None
+    usd_per_1k_requests: float | None
+    usd_per_million_input_tokens: float | None
+    usd_per_million_output_tokens: float | None
+    usage_usd_per_million_tokens: float | None
+    allocation_usd_per_million_tokens: float | None
+    utilization: float | None
+    cache_savings_usd: float
+    api_usd: float | None  # the same tokens at the deployment's configured API list prices
+
+
+class DeploymentCostOut(BaseModel):
+    name: str
+    gpu: str
+    allocated_usd: float  # price x GPU-hours + fixed costs: what the bill says
+    gpu_hours: float
+    replica_hours: float
+    busy_share: float | None  # share of scraped time with requests running; null: not sampled
+    busy_usd: float
+    idle_usd: float
+    unshared_idle_usd: float  # idle charged to no group
+    prefill_seconds_per_token: float | None  # the calibration (null: output_token_multiplier used)
+    decode_seconds_per_token: float | None
+    api_usd: float | None
+    break_even_requests_per_day: float | None  # above this a day, self-hosting beats the API
+    totals: CostLine
+
+
+class CostResponse(BaseModel):
+    start_unix: int
+    end_unix: int
+    group_by: str
+    allocated_usd: float
+    attributed_usd: float  # groups' cost (busy + shared idle); + unshared idle = allocated
+    deployments: list[DeploymentCostOut]
+    groups: list[CostLine]
+    unpriced_targets: list[str]  # scraped, but in no deployment: work shown, no cost
+
+
+def cost_line_out(key: str, line: CostLineData) -> CostLine:
+    return CostLine(key=key, **line.as_dict())
+
+
+def cost_out(report: CostReport, group_by: str, lines: dict[str, CostLineData]) -> CostResponse:
+    deployments = []
+    days = (report.end_unix - report.start_unix) / 86400.0
+    for d in report.deployments:
+        api = d.line.api_usd
+        per_request = api / d.line.requests if api is not None and d.line.requests > 0 else None
+        break_even = None
+        if per_request and days > 0:
+            break_even = d.allocated_usd / days / per_request
+        deployments.append(
+            DeploymentCostOut(
+                name=d.name,
+                gpu=d.gpu,
+                allocated_usd=d.allocated_usd,
+                gpu_hours=d.gpu_hours,
+                replica_hours=d.replica_hours,
+                busy_share=d.busy_share,
+                busy_usd=d.busy_usd,
+                idle_usd=d.idle_usd,
+                unshared_idle_usd=d.unshared_idle_usd,
+                prefill_seconds_per_token=d.prefill_seconds_per_token,
+                decode_seconds_per_token=d.decode_seconds_per_token,
+                api_usd=api,
+                break_even_requests_per_day=break_even,
+                totals=cost_line_out(d.name, d.line),
+            )
+        )
+    return CostResponse(
+        start_unix=report.start_unix,
+        end_unix=report.end_unix,
+        group_by=group_by,
+        allocated_usd=report.allocated_usd,
+        attributed_usd=sum(line.total_usd for line in report.groups.values()),
+        deployments=deployments,
+        groups=[cost_line_out(k, v) for k, v in sorted(lines.items(), key=lambda kv: -kv[1].total_usd)],
+        unpriced_targets=report.unpriced_targets,
+    )

@@ -281,8 +281,12 @@ def _deployment(
     total = Work()
     for _key, w in members:
         total.merge(w)
-    a = total.prefill_seconds / total.uncached_tokens if total.uncached_tokens > 0 and total.prefill_seconds > 0 else None
-    c = total.decode_seconds / total.output_tokens if total.output_tokens > 0 and total.decode_seconds > 0 else None
+    a: float | None = None
+    c: float | None = None
+    if total.uncached_tokens > 0 and total.prefill_seconds > 0:
+        a = total.prefill_seconds / total.uncached_tokens
+    if total.output_tokens > 0 and total.decode_seconds > 0:
+        c = total.decode_seconds / total.output_tokens
     calibrated = a is not None and c is not None
     if not calibrated:
         a, c = 1.0, config.output_token_multiplier  # relative weights (OpenCost's multiplier mode)
@@ -358,13 +362,13 @@ def tenant_lines(
     for key, cell in requests:
         cached = min(cell.cached_input_tokens, cell.input_tokens)
         line = Line(float(cell.total), float(cell.input_tokens), float(cached), float(cell.output_tokens))
-        s = sums.get(key.model)
-        if s is not None:
-            per_input = s[0] / s[1] if s[1] > 0 else 0.0
-            per_output = s[2] / s[3] if s[3] > 0 else 0.0
+        m = sums.get(key.model)
+        if m is not None:
+            per_input = m[0] / m[1] if m[1] > 0 else 0.0
+            per_output = m[2] / m[3] if m[3] > 0 else 0.0
             line.input_usd = per_input * (cell.input_tokens - cached + cached_token_weight * cached)
             line.output_usd = per_output * cell.output_tokens
-            busy_share = s[4] / s[5] if s[5] > 0 else 1.0
+            busy_share = m[4] / m[5] if m[5] > 0 else 1.0
             line.busy_usd = (line.input_usd + line.output_usd) * busy_share
             line.idle_usd = (line.input_usd + line.output_usd) - line.busy_usd
         out[key.tenant].add(line)

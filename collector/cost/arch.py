@@ -158,9 +158,7 @@ def arch_from_config(
     )
 
 
-def read_arch(
-    path: str | Path, kv_cache_dtype: str | None = None, parameters: float | None = None
-) -> ModelArch:
+def read_arch(path: str | Path, kv_cache_dtype: str | None = None, parameters: float | None = None) -> ModelArch:
     """Read a config.json (a file, or a model directory holding one). The checkpoint's
     `model.safetensors.index.json` beside it, when present, gives the weights' exact size
     (`metadata.total_size`, bytes, quantisation scales included)."""
