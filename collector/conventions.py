@@ -144,3 +144,9 @@ SLO_BUDGET_REMAINING: Final = PREFIX + "slo_error_budget_remaining_ratio"
 SLO_GOOD_EVENTS: Final = PREFIX + "slo_good_events_total"
 SLO_EVENTS: Final = PREFIX + "slo_events_total"
 SLO_ALERT_FIRING: Final = PREFIX + "slo_alert_firing"
+
+# cost model (collector/cost): dollar counters Prometheus can rate() and sum()
+COST_ALLOCATED_USD: Final = PREFIX + "cost_allocated_usd"  # counter: exposed with _total
+COST_BUSY_USD: Final = PREFIX + "cost_busy_usd"
+COST_ATTRIBUTED_USD: Final = PREFIX + "cost_attributed_usd"
+COST_GPU_HOUR_USD: Final = PREFIX + "cost_gpu_hour_usd"

@@ -22,8 +22,17 @@ from collector.analytics.running import RunningWindows
 from collector.analytics.running import add as add_cells
 from collector.analytics.serving import ServingReport, build_report
 from collector.config import Settings, TargetConfig
-from collector.cost.allocation import COST_METRICS, CostInputs, CostReport, Line, attribute, tenant_lines
+from collector.cost.allocation import (
+    COST_METRICS,
+    CostInputs,
+    CostMeter,
+    CostReport,
+    Line,
+    attribute,
+    tenant_lines,
+)
 from collector.cost.inventory import Inventory
+from collector.cost.slo import CostOf
 from collector.fleetmap import FleetMap
 from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, period_start
 from collector.slo.alerts import AlertBook, deliver
@@ -99,9 +108,15 @@ class Runtime:
         self.rules: SloRules | None = load_rules(settings.rules).rules if settings.rules else None
         self.fleet = FleetMap(settings.targets, self.rules)
         self.inventory = Inventory.from_settings(settings)
+        # the cost-ceiling SLI prices slices with the inventory; without one it has no data
+        self.cost_of: CostOf | None = self._slice_costs if self.inventory else None
+        self.cost_meter = CostMeter()
+        self.slo_metrics = tuple(sorted({*SLO_METRICS, *COST_METRICS})) if self.inventory else SLO_METRICS
         # SLO events kept incrementally as scrapes and spans commit (collector/slo/ledger.py)
         self.ledger = (
-            SloLedger(self.rules, self.business_type_of, settings.retention.minute_rollups) if self.rules else None
+            SloLedger(self.rules, self.business_type_of, settings.retention.minute_rollups, self.cost_of)
+            if self.rules
+            else None
         )
         if self.ledger is not None:
             for scraper in self.scrapers.values():
@@ -182,7 +197,7 @@ class Runtime:
             if not ledger.ready:
                 started = time.perf_counter()
                 ledger.backfill(
-                    lambda lo, hi, period: self.store.read_rows(lo, hi, metrics=SLO_METRICS, period=period),
+                    lambda lo, hi, period: self.store.read_rows(lo, hi, metrics=self.slo_metrics, period=period),
                     lambda lo, hi, period: read_requests(self.store, lo, hi, period),
                     now_unix,
                 )
@@ -198,8 +213,9 @@ class Runtime:
 
     def _evaluate_from_store(self, rules: SloRules, now_unix: float) -> tuple[list[SloStatus], Wanted]:
         start, end = period_bounds(rules, now_unix)
-        rows = self.store.read_rows(start, end, metrics=SLO_METRICS)
-        statuses = evaluate(rules, rows, now_unix, read_requests(self.store, start, end), self.business_type_of)
+        rows = self.store.read_rows(start, end, metrics=self.slo_metrics)
+        requests = read_requests(self.store, start, end)
+        statuses = evaluate(rules, rows, now_unix, requests, self.business_type_of, self.cost_of)
         return statuses, cache_alerts(rules, rows, now_unix, self.business_type_of)
 
     def target_health(self) -> list[TargetHealth]:
@@ -304,7 +320,21 @@ class Runtime:
                         out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
         return out
 
+    def advance_cost_meter(self, now_unix: float) -> None:
+        """Count the minutes closed since the last pass into the /metrics dollar counters (a
+        minute is closed once its last scrapes can have committed: the running windows' grace)."""
+        if not self.inventory:
+            return
+        closed = period_start(now_unix - self.running.grace)
+        meter = self.cost_meter
+        if meter.until is None:
+            meter.until = closed  # count from the first whole minute this process sees
+            return
+        if closed > meter.until:
+            meter.add(self.cost_report(meter.until, closed))
+
     def refresh_snapshot(self, now_unix: float) -> Snapshot:
+        self.advance_cost_meter(now_unix)
         self.running.advance(now_unix)
         reports = {w: self.report(w, now_unix) for w in self.settings.windows}
         self.snapshot = Snapshot(now_unix, reports)
@@ -339,6 +369,10 @@ class Runtime:
         ]
         inputs = CostInputs().add_rows(rows)
         return attribute(inputs, self.inventory, self.settings.cost, start_unix, end_unix, self.business_type_of)
+
+    def _slice_costs(self, inputs: CostInputs, start_unix: int, end_unix: int) -> dict[str, tuple[float, float]]:
+        report = attribute(inputs, self.inventory, self.settings.cost, start_unix, end_unix, self.business_type_of)
+        return report.business_type_costs()
 
     def cost_lines(self, report: CostReport, group_by: str) -> dict[str, Line]:
         """The report's groups by deployment, business type, model, target, or (from the gateway

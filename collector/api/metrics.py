@@ -37,6 +37,36 @@ class LlmsloCollector(Collector):
         yield from self._derived()
         yield from self._slos()
         yield from self._traces()
+        yield from self._cost()
+
+    def _cost(self) -> Iterator[Metric]:
+        rt = self.runtime
+        if not rt.inventory:
+            return
+        meter = rt.cost_meter
+        allocated = CounterMetricFamily(
+            conv.COST_ALLOCATED_USD,
+            "USD allocated to the deployment (GPU price x GPU-hours + fixed costs) since llmslo started.",
+            labels=["deployment"],
+        )
+        busy = CounterMetricFamily(
+            conv.COST_BUSY_USD, "Of the allocated USD, the share while requests were running.", labels=["deployment"]
+        )
+        price = GaugeMetricFamily(
+            conv.COST_GPU_HOUR_USD, "Configured price of one GPU-hour.", labels=["deployment", "gpu"]
+        )
+        for name, d in rt.inventory.deployments.items():
+            allocated.add_metric([name], meter.allocated.get(name, 0.0))
+            busy.add_metric([name], meter.busy.get(name, 0.0))
+            price.add_metric([name, d.config.gpu], d.gpu_hour_usd)
+        attributed = CounterMetricFamily(
+            conv.COST_ATTRIBUTED_USD,
+            "USD attributed to the work of a business type and model (busy cost by work, plus the shared idle).",
+            labels=["deployment", "business_type", "model"],
+        )
+        for (deployment, business_type, model), usd in sorted(meter.attributed.items()):
+            attributed.add_metric([deployment, business_type, model], usd)
+        yield from (allocated, busy, attributed, price)
 
     def _traces(self) -> Iterator[Metric]:
         t = self.runtime.traces

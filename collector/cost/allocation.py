@@ -373,3 +373,25 @@ def tenant_lines(
             line.idle_usd = (line.input_usd + line.output_usd) - line.busy_usd
         out[key.tenant].add(line)
     return dict(out)
+
+
+@dataclass(slots=True)
+class CostMeter:
+    """Running dollar counters for /metrics, so that Prometheus can rate() and sum() them:
+    allocated per deployment, attributed per (deployment, business type, model). Advanced one
+    closed minute range at a time from the store (counters start at zero when llmslo starts,
+    as any counter does after a restart)."""
+
+    until: int | None = None  # the minute up to which the counters have counted (exclusive)
+    allocated: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    busy: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    attributed: dict[tuple[str, str, str], float] = field(default_factory=lambda: defaultdict(float))
+
+    def add(self, report: CostReport) -> None:
+        for d in report.deployments:
+            self.allocated[d.name] += d.allocated_usd
+            self.busy[d.name] += d.busy_usd
+        for (deployment, _target, model, bt), line in report.groups.items():
+            if deployment is not None:
+                self.attributed[(deployment, bt or "unassigned", model)] += line.total_usd
+        self.until = report.end_unix

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from collector.analytics.percentiles import fraction_at_or_below
+from collector.cost.slo import CostOf, judge, slice_inputs
 from collector.rollup import MINUTE_SECONDS, Cumulative, Row, SeriesIdent, period_start
 from collector.slo.spec import BusinessType, Objective, SloRules
 from collector.slo.windows import BurnPair
@@ -105,12 +106,14 @@ def evaluate(
     now_unix: float,
     request_rows: Sequence[tuple[RequestKey, RequestCell]] = (),
     business_type_of: BusinessTypeOf | None = None,
+    cost_of: CostOf | None = None,
 ) -> list[SloStatus]:
     """Evaluate every objective of `rules` on the stored engine rows and trace request rows
     (both must cover the period). Goodput and trace-sourced latency SLIs use the request rows.
 
     `business_type_of(target, model)` places engine rows (the fleet map); without it, the rules'
-    model regexes alone decide."""
+    model regexes alone decide. `cost_of` prices a slice's inputs (the cost model; without an
+    inventory, cost-ceiling objectives have no data)."""
     end = period_start(now_unix) + MINUTE_SECONDS
     period_start_unix, _ = period_bounds(rules, now_unix)
     windows = windows_needed(rules)
@@ -123,12 +126,23 @@ def evaluate(
             placed[key] = place(*key)
         by_type[placed[key]].append(r)
     out: list[SloStatus] = []
+    cost_slices: dict[int, dict[int, dict[str, tuple[float, float]]]] = {}  # slice size -> slot -> costs
     for bt in rules.business_types:
         mine = by_type.get(bt.name, [])
         requests = [(k, c) for k, c in request_rows if k.business_type == bt.name]
         for objective in bt.objectives:
             if objective.sli == "goodput" or (objective.sli == "latency" and objective.source == "traces"):
                 out.append(_evaluate_from_traces(rules, objective, requests, windows, end, period_start_unix, now_unix))
+                continue
+            if objective.sli == "cost_ceiling" and cost_of is not None:
+                size = int(objective.slice_seconds)
+                if size not in cost_slices:
+                    cost_slices[size] = {
+                        slot: cost_of(inputs, slot, slot + size) for slot, inputs in slice_inputs(rows, size).items()
+                    }
+                out.append(
+                    _evaluate_cost(rules, objective, cost_slices[size], windows, end, period_start_unix, now_unix)
+                )
                 continue
             out.append(_evaluate_objective(rules, bt, objective, mine, windows, end, period_start_unix, now_unix))
     return out
@@ -203,6 +217,35 @@ def _evaluate_from_traces(
     period = _trace_events(o, rows, period_start_unix, end)
     reason = "" if period.total > 0 else NEEDS_TRACES
     return make_status(rules, o, now_unix, per_window, period, end - period_start_unix, reason)
+
+
+def cost_events(o: Objective, slices: dict[int, dict[str, tuple[float, float]]], start: int, end: int) -> Events:
+    """Complete slices starting inside [start, end) (`end` is the end of the running minute)."""
+    assert o.max_usd_per_million_tokens is not None
+    size = int(o.slice_seconds)
+    done_before = end - MINUTE_SECONDS
+    good = total = 0.0
+    for slot, costs in slices.items():
+        if slot < start or slot + size > done_before:
+            continue
+        judged = judge(costs, o.business_type, o.max_usd_per_million_tokens)
+        if judged is not None:
+            good, total = good + judged[0], total + judged[1]
+    return Events(good, total)
+
+
+def _evaluate_cost(
+    rules: SloRules,
+    o: Objective,
+    slices: dict[int, dict[str, tuple[float, float]]],
+    windows: list[float],
+    end: int,
+    period_start_unix: int,
+    now_unix: float,
+) -> SloStatus:
+    per_window = {w: cost_events(o, slices, end - int(w), end) for w in windows}
+    period = cost_events(o, slices, period_start_unix, end)
+    return make_status(rules, o, now_unix, per_window, period, end - period_start_unix)
 
 
 def _inside(row: Row, start: int, end: int) -> bool:

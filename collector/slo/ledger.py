@@ -23,6 +23,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
 from collector.analytics.percentiles import fraction_at_or_below
+from collector.cost.allocation import CostInputs
+from collector.cost.slo import CostOf, judge
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Cell, Row, ScrapeDeltas, SeriesIdent, period_start
 from collector.slo.evaluate import (
     ERROR_REASONS,
@@ -126,8 +128,15 @@ class Counts:
 
 
 class SloLedger:
-    def __init__(self, rules: SloRules, business_type_of: BusinessTypeOf, minute_retention_seconds: float) -> None:
+    def __init__(
+        self,
+        rules: SloRules,
+        business_type_of: BusinessTypeOf,
+        minute_retention_seconds: float,
+        cost_of: CostOf | None = None,
+    ) -> None:
         self.rules = rules
+        self.cost_of = cost_of
         self.place = business_type_of
         self.lock = threading.Lock()
         longest = max([rules.period_seconds, *windows_needed(rules)])
@@ -146,6 +155,10 @@ class SloLedger:
                 self.engine_objectives[o.business_type].append(o)
         # throughput: tokens and requests per slice until the slice is complete, then one event
         self.slices: dict[str, dict[int, list[float]]] = {o.slo: {} for o in self.objectives}
+        # cost ceiling: every target's cost inputs per open slice (the idle share and the work
+        # calibration need the whole deployment), priced once the slice is complete
+        self.cost_objectives = [o for o in self.objectives if o.sli == "cost_ceiling"] if cost_of else []
+        self.cost_open: dict[int, dict[int, CostInputs]] = {int(o.slice_seconds): {} for o in self.cost_objectives}
         # prefix-cache hits (good) and queried tokens (total) per business type: the collapse ticket
         self.cache: dict[str, Counts] = {bt.name: Counts(retention, hour_slots) for bt in rules.business_types}
         self.live_since: float | None = None  # set when live commits start counting
@@ -161,6 +174,12 @@ class SloLedger:
         places: dict[str, str | None] = {}
         with self.lock:
             for ident, cell in cells:
+                for size, open_slices in self.cost_open.items():
+                    slot = start - start % size
+                    inputs = open_slices.get(slot)
+                    if inputs is None:
+                        inputs = open_slices[slot] = CostInputs()
+                    inputs.add(target, ident, cell)
                 if ident.kind is Kind.GAUGE:
                     continue
                 model = ident.key.model
@@ -224,6 +243,18 @@ class SloLedger:
                     if requests > 0:
                         good = 1.0 if tokens / size >= o.min_tokens_per_second else 0.0
                         self.counts[o.slo].add(start, MINUTE_SECONDS, good, 1.0)
+            if self.cost_of is None:
+                return
+            for size, open_costs in self.cost_open.items():
+                for start in [s for s in open_costs if s + size <= done_before]:
+                    costs = self.cost_of(open_costs.pop(start), start, start + size)
+                    for o in self.cost_objectives:
+                        if int(o.slice_seconds) != size:
+                            continue
+                        assert o.max_usd_per_million_tokens is not None
+                        judged = judge(costs, o.business_type, o.max_usd_per_million_tokens)
+                        if judged is not None:
+                            self.counts[o.slo].add(start, MINUTE_SECONDS, *judged)
 
     # --- start-up --------------------------------------------------------------------------------
 
@@ -269,7 +300,7 @@ class SloLedger:
         with self.lock:
             for o in self.objectives:
                 counts = self.counts[o.slo]
-                if o.sli == "cost_ceiling":
+                if o.sli == "cost_ceiling" and self.cost_of is None:
                     per_window = {w: NO_EVENTS for w in windows}
                     out.append(make_status(rules, o, now_unix, per_window, NO_EVENTS, end - period_from, NEEDS_COSTS))
                     continue

@@ -10,7 +10,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from collector.api.metrics import build_registry
 from collector.config import CostConfig, DeploymentConfig, Settings
 from collector.runtime import Runtime
 from collector.sim.fastclock import run_into_store, targets_for
@@ -89,7 +92,7 @@ def test_busy_share_is_the_share_of_scrapes_with_requests_running(fleet) -> None
         assert d.busy_usd == pytest.approx(d.allocated_usd * truth)
         assert d.idle_usd == pytest.approx(d.allocated_usd * (1 - truth))
     shares = {d.name: d.busy_share for d in report.deployments}
-    assert 0 < min(shares.values()) and max(shares.values()) <= 1
+    assert min(shares.values()) > 0 and max(shares.values()) <= 1
 
 
 def test_calibration_recovers_the_simulators_prefill_and_decode_speeds(fleet) -> None:  # type: ignore[no-untyped-def]
@@ -128,3 +131,22 @@ def test_share_idle_off_leaves_idle_with_the_deployment(tmp_path: Path, fleet) -
     for d in report.deployments:
         assert d.unshared_idle_usd == pytest.approx(d.idle_usd)
         assert sum(line.idle_usd for key, line in report.groups.items() if key[0] == d.name) == 0
+
+
+def test_metrics_dollar_counters_advance_minute_by_minute_and_match_the_report(fleet) -> None:  # type: ignore[no-untyped-def]
+    rt, _scenario, t0, _busy = fleet
+    rt.cost_meter = type(rt.cost_meter)()
+    start = t0 + 600
+    rt.advance_cost_meter(start + rt.running.grace)  # counting starts at the first whole minute seen
+    for now in range(start + 60, start + 3600, 97):  # irregular passes, as the scheduler's can be
+        rt.advance_cost_meter(now + rt.running.grace)
+    until = rt.cost_meter.until
+    assert until is not None and until > start + 3000
+    report = rt.cost_report(start, until)
+    text = generate_latest(build_registry(rt)).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    allocated = {s.labels["deployment"]: s.value for s in fams["llmslo_cost_allocated_usd"].samples}
+    for d in report.deployments:
+        assert allocated[d.name] == pytest.approx(d.allocated_usd, rel=1e-9)
+    attributed = sum(s.value for s in fams["llmslo_cost_attributed_usd"].samples)
+    assert attributed == pytest.approx(sum(line.total_usd for line in report.groups.values()), rel=1e-9)

@@ -90,6 +90,8 @@ targets:
   - {{name: error, url: "{targets.url("/error")}"}}
   - {{name: timeout, url: "{targets.url("/timeout")}"}}
   - {{name: garbage, url: "{targets.url("/garbage")}"}}
+deployments:
+  - {{name: chat-pool, targets: [healthy], gpu: L4, replicas: 1, gpu_hour_usd: 3.6}}
 """)
     with llmslo_serve(config, port) as base:
         wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200)
@@ -142,6 +144,15 @@ targets:
         assert "llmslo_business_requests_per_second" in fams
         # every scrape is bounded by its 0.8 s timeout, inside the 1 s interval: no slot skipped
         assert fams["llmslo_scrape_slots_skipped"][0].value == 0  # type: ignore[attr-defined]
+        # cost: a configured replica is billed for the whole window, whatever was scraped
+        cost = httpx.get(f"{base}/api/v1/cost", params={"window": "5m", "group_by": "deployment"}).json()
+        assert cost["allocated_usd"] == pytest.approx(3.6 * 5 / 60)
+        assert [g["key"] for g in cost["groups"]] == ["chat-pool"] and cost["groups"][0]["requests"] > 0
+        assert cost["attributed_usd"] + cost["deployments"][0]["unshared_idle_usd"] == pytest.approx(0.3)
+        assert set(cost["unpriced_targets"]) <= {"error", "timeout", "garbage"}
+        half = httpx.get(f"{base}/api/v1/cost", params={"start": 1_800_000_000})
+        assert half.status_code == 422 and "both start and end" in half.text
+        assert fams["llmslo_cost_gpu_hour_usd"][0].value == 3.6  # type: ignore[attr-defined]
         assert httpx.get(f"{base}/docs").status_code == 200
         assert "/api/v1/serving" in httpx.get(f"{base}/openapi.json").json()["paths"]
 

@@ -33,7 +33,7 @@ business_types:
     objectives:
       - {name: throughput, sli: throughput, min_tokens_per_second: 40, slice: 5m, objective: 0.9}
       - {name: errors, sli: error_ratio, objective: 0.99}
-      - {name: cost, sli: cost_ceiling, max_usd_per_million_tokens: 0.5, objective: 0.95}
+      - {name: cost, sli: cost_ceiling, max_usd_per_million_tokens: 0.5, objective: 0.95, slice: 30m}
 """
 T0 = 1_800_000_000  # a whole hour
 
@@ -52,6 +52,8 @@ def settings(tmp_path: Path, db_url: str) -> Settings:
                 {"name": "chat-1", "url": "http://127.0.0.1:1/b", "business_type": "chat"},
                 {"name": "batch-0", "url": "http://127.0.0.1:1/c", "business_type": "batch"},
             ],
+            # priced so that the batch cost per million tokens straddles the 0.5 USD ceiling
+            "deployments": [{"name": "batch", "targets": ["batch-0"], "gpu": "L4", "replicas": 1, "gpu_hour_usd": 0.1}],
         }
     )
 
@@ -153,6 +155,8 @@ def test_ledger_matches_the_full_re_read(tmp_path: Path, db_url: str) -> None:
     assert not statuses["chat-ttft-between"].exact  # 0.7 s is not a bucket bound: flagged, both ways
     assert statuses["batch-throughput"].period.events.total > 0
     assert statuses["chat-gw-ttft"].period.events.total > 0
+    cost = statuses["batch-cost"].period.events
+    assert cost.total >= 8 and 0 < cost.good < cost.total  # half-hour slices, some over the ceiling
     rt.store.close()
 
 

@@ -42,35 +42,69 @@ def test_defaults_nesting_and_exceptions_of_config_json() -> None:
     assert arch_from_config(LLAMA2_70B, kv_cache_dtype="fp8").kv_bytes_per_token() == 163_840
     # DeepSeek-V3 MLA: 61 x (512 + 64) x 2 bytes, no factor 2, same on every TP rank
     ds = arch_from_config(
-        {"num_hidden_layers": 61, "num_attention_heads": 128, "hidden_size": 7168, "kv_lora_rank": 512,
-         "qk_rope_head_dim": 64, "torch_dtype": "bfloat16"}
+        {
+            "num_hidden_layers": 61,
+            "num_attention_heads": 128,
+            "hidden_size": 7168,
+            "kv_lora_rank": 512,
+            "qk_rope_head_dim": 64,
+            "torch_dtype": "bfloat16",
+        }
     )
     assert ds.kv_bytes_per_token() == 70_272 == ds.kv_bytes_per_token(8)
     # Mistral-7B v0.1: every layer keeps 4096 tokens at most
     mistral = arch_from_config(
-        {"model_type": "mistral", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-         "hidden_size": 4096, "sliding_window": 4096, "torch_dtype": "bfloat16"}
+        {
+            "model_type": "mistral",
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "hidden_size": 4096,
+            "sliding_window": 4096,
+            "torch_dtype": "bfloat16",
+        }
     )
     assert mistral.kv_bytes_per_sequence(32_000) == mistral.kv_bytes_per_sequence(4096) == 131_072 * 4096
     # Qwen2 ignores sliding_window unless use_sliding_window
     qwen = arch_from_config(
-        {"model_type": "qwen2", "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-         "hidden_size": 3584, "sliding_window": 4096, "use_sliding_window": False, "torch_dtype": "bfloat16"}
+        {
+            "model_type": "qwen2",
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "hidden_size": 3584,
+            "sliding_window": 4096,
+            "use_sliding_window": False,
+            "torch_dtype": "bfloat16",
+        }
     )
     assert qwen.kv_bytes_per_token() == 57_344 and qwen.kv_bytes_per_sequence(10_000) == 57_344 * 10_000
     # interleaved local/global layers: only the full ones grow past the window
     gemma = arch_from_config(
-        {"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
-         "hidden_size": 2048, "sliding_window": 100, "torch_dtype": "bfloat16",
-         "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}
+        {
+            "num_hidden_layers": 4,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 1,
+            "head_dim": 256,
+            "hidden_size": 2048,
+            "sliding_window": 100,
+            "torch_dtype": "bfloat16",
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+        }
     )
     per_layer = 2 * 256 * 2
     assert gemma.kv_bytes_per_sequence(1000) == per_layer * (2 * 1000 + 2 * 100)
     # hybrid: linear-attention layers hold no per-token KV
     hybrid = arch_from_config(
-        {"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
-         "hidden_size": 512, "torch_dtype": "bfloat16",
-         "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"]}
+        {
+            "num_hidden_layers": 4,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,
+            "head_dim": 64,
+            "hidden_size": 512,
+            "torch_dtype": "bfloat16",
+            "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+        }
     )
     assert hybrid.kv_bytes_per_token() == 2 * 2 * 64 * 2
 
