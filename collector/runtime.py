@@ -31,6 +31,7 @@ from collector.cost.allocation import (
     attribute,
     tenant_lines,
 )
+from collector.cost.capacity import CAPACITY_METRICS, Capacity, capacity_report
 from collector.cost.inventory import Inventory
 from collector.cost.slo import CostOf
 from collector.fleetmap import FleetMap
@@ -373,6 +374,20 @@ class Runtime:
     def _slice_costs(self, inputs: CostInputs, start_unix: int, end_unix: int) -> dict[str, tuple[float, float]]:
         report = attribute(inputs, self.inventory, self.settings.cost, start_unix, end_unix, self.business_type_of)
         return report.business_type_costs()
+
+    def capacity(self, start_unix: int, end_unix: int) -> list[Capacity]:
+        """Capacity per deployment from the stored rollups of [start, end) (blocking)."""
+        rows = self.store.read_rows(start_unix, end_unix, metrics=CAPACITY_METRICS)
+        th = self.rules.thresholds if self.rules is not None else None
+        return capacity_report(
+            rows,
+            self.inventory,
+            self.settings.cost,
+            self.rules,
+            self.business_type_of,
+            kv_limit=(th.kv_cache_usage if th and th.kv_cache_usage else 0.95),
+            queue_limit=(th.queue_waiting if th and th.queue_waiting else 10.0),
+        )
 
     def cost_lines(self, report: CostReport, group_by: str) -> dict[str, Line]:
         """The report's groups by deployment, business type, model, target, or (from the gateway

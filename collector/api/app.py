@@ -19,12 +19,14 @@ from collector.api.deps import RuntimeDep
 from collector.api.embedded import EmbeddedServer
 from collector.api.metrics import build_registry
 from collector.api.schemas import (
+    CapacityResponse,
     CostResponse,
     RequestSummaryResponse,
     ServingResponse,
     SlosResponse,
     TargetsResponse,
     alert_out,
+    capacity_out,
     cost_out,
     engine_breakdown,
     report_out,
@@ -291,6 +293,17 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         report = await asyncio.to_thread(rt.cost_report, start, end)
         lines = await asyncio.to_thread(rt.cost_lines, report, group_by)
         return cost_out(report, group_by, lines)
+
+    @app.get("/api/v1/capacity", response_model=CapacityResponse, tags=["cost"])
+    async def capacity(rt: RuntimeDep, window: WindowQuery = "4w") -> CapacityResponse:
+        """Per deployment: memory fit at the measured peak concurrency and context, throughput
+        per replica while the SLOs held, replicas the weekly peak needs, saturation forecasts."""
+        seconds = window_seconds(window)
+        if seconds > 366 * 86400:
+            raise HTTPException(422, "at most 366 days per query")
+        start, end = window_bounds(rt.now(), seconds)
+        report = await asyncio.to_thread(rt.capacity, start, end)
+        return capacity_out(start, end, report)
 
     @app.get("/api/v1/slos", response_model=SlosResponse, tags=["slo"])
     async def slos(rt: RuntimeDep, business_type: str | None = None) -> SlosResponse:

@@ -15,6 +15,8 @@ from collector.analytics.serving import GaugeStats, LatencyStats, ServingReport,
 from collector.config import format_duration
 from collector.cost.allocation import CostReport
 from collector.cost.allocation import Line as CostLineData
+from collector.cost.capacity import Capacity
+from collector.cost.formulas import GIB, MemoryFit
 from collector.fleetmap import FleetMap
 from collector.slo.alerts import AlertInstance
 from collector.slo.evaluate import SloStatus, WindowSli, burn
@@ -529,4 +531,123 @@ def cost_out(report: CostReport, group_by: str, lines: dict[str, CostLineData]) 
         deployments=deployments,
         groups=[cost_line_out(k, v) for k, v in sorted(lines.items(), key=lambda kv: -kv[1].total_usd)],
         unpriced_targets=report.unpriced_targets,
+    )
+
+
+# --- capacity -------------------------------------------------------------------------------------
+
+
+class MemoryFitOut(BaseModel):
+    """One replica's memory on one GPU at the measured peak concurrency and a context quantile."""
+
+    context_tokens: float
+    concurrency: float
+    gpu_memory_gib: float
+    usable_gib: float  # x gpu_memory_utilization
+    weights_gib: float | None  # per GPU (tensor parallel splits them)
+    kv_gib: float
+    headroom: float
+    needed_gib: float | None  # (weights + KV) x headroom
+    fits: bool | None  # null: the weights are unknown (no checkpoint index, no `parameters`)
+    max_concurrency: int | None  # sequences of this context that fit
+
+
+class TrendOut(BaseModel):
+    points: int  # weekly peaks
+    slope_per_week: float
+    latest: float
+    limit: float
+    slope_stderr: float | None
+    crosses_unix: float | None  # null: flat or falling
+    crosses_earliest_unix: float | None  # slope + 1.96 stderr
+    crosses_latest_unix: float | None  # slope - 1.96 stderr (null: it may never cross)
+
+
+class CapacityOut(BaseModel):
+    deployment: str
+    gpu: str
+    replicas_seen: float
+    peak_concurrency: float | None
+    context_p95_tokens: float | None
+    context_p99_tokens: float | None
+    kv_usage_peak: float | None
+    memory_p95: MemoryFitOut | None
+    memory_p99: MemoryFitOut | None
+    advice: list[str]
+    slo_hours: int
+    slo_hours_held: int
+    peak_tokens_per_second_at_slo: float | None  # per replica
+    peak_requests_per_second_at_slo: float | None
+    peak_demand_tokens_per_second: float | None
+    peak_demand_hour_of_week: int | None  # 0 = Monday 00:00 UTC
+    replicas_needed: int | None
+    forecasts: dict[str, TrendOut]
+
+
+class CapacityResponse(BaseModel):
+    start_unix: int
+    end_unix: int
+    deployments: list[CapacityOut]
+
+
+def memory_fit_out(fit: MemoryFit | None) -> MemoryFitOut | None:
+    if fit is None:
+        return None
+
+    def gib(x: float | None) -> float | None:
+        return None if x is None else x / GIB
+
+    return MemoryFitOut(
+        context_tokens=fit.context_tokens,
+        concurrency=fit.concurrency,
+        gpu_memory_gib=fit.gpu_memory_bytes / GIB,
+        usable_gib=fit.usable_bytes / GIB,
+        weights_gib=gib(fit.weights_bytes),
+        kv_gib=fit.kv_bytes / GIB,
+        headroom=fit.headroom,
+        needed_gib=gib(fit.needed_bytes),
+        fits=fit.fits,
+        max_concurrency=fit.max_concurrency,
+    )
+
+
+def capacity_out(start: int, end: int, report: list[Capacity]) -> CapacityResponse:
+    return CapacityResponse(
+        start_unix=start,
+        end_unix=end,
+        deployments=[
+            CapacityOut(
+                deployment=c.deployment,
+                gpu=c.gpu,
+                replicas_seen=c.replicas_seen,
+                peak_concurrency=c.peak_concurrency,
+                context_p95_tokens=c.context_p95,
+                context_p99_tokens=c.context_p99,
+                kv_usage_peak=c.kv_usage_peak,
+                memory_p95=memory_fit_out(c.memory_p95),
+                memory_p99=memory_fit_out(c.memory_p99),
+                advice=c.advice,
+                slo_hours=c.slo_hours,
+                slo_hours_held=c.slo_hours_held,
+                peak_tokens_per_second_at_slo=c.peak_tokens_per_second_at_slo,
+                peak_requests_per_second_at_slo=c.peak_requests_per_second_at_slo,
+                peak_demand_tokens_per_second=c.peak_demand_tokens_per_second,
+                peak_demand_hour_of_week=c.peak_demand_hour_of_week,
+                replicas_needed=c.replicas_needed,
+                forecasts={
+                    k: TrendOut(
+                        points=t.points,
+                        slope_per_week=t.slope_per_week,
+                        latest=t.latest,
+                        limit=t.limit,
+                        slope_stderr=t.slope_stderr,
+                        crosses_unix=t.crosses_unix,
+                        crosses_earliest_unix=t.crosses_range_unix[0],
+                        crosses_latest_unix=t.crosses_range_unix[1],
+                    )
+                    for k, t in c.forecasts.items()
+                },
+            )
+            for c in report
+        ],
     )

@@ -5,6 +5,7 @@ prefill/decode calibration recovers the simulator's own speeds."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -20,6 +21,7 @@ from collector.sim.fastclock import run_into_store, targets_for
 from collector.sim.scenario import load_scenario
 from collector.store.repository import Store
 
+ROOT = Path(__file__).resolve().parents[2]
 HOURS = 2
 INTERVAL = 15.0
 RUNNING = re.compile(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", re.M)
@@ -30,6 +32,17 @@ PRICES = {"chat": 2.50, "support": 1.10, "code": 1.10, "batch": 4.00}
 def fleet(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     scenario = load_scenario("healthy")
     targets = targets_for(scenario)
+    models = tmp_path_factory.mktemp("models")
+    for d in scenario.deployments:  # each deployment's model as a Hugging Face config.json
+        m = d.model
+        (models / d.name).mkdir()
+        (models / d.name / "config.json").write_text(
+            json.dumps(
+                {"num_hidden_layers": m.layers, "num_attention_heads": m.kv_heads * 4,
+                 "num_key_value_heads": m.kv_heads, "head_dim": m.head_dim, "hidden_size": 4096,
+                 "torch_dtype": "bfloat16"}
+            )
+        )  # fmt: skip
     deployments = [
         DeploymentConfig(
             name=d.name,
@@ -39,22 +52,29 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
             replicas=d.replicas if d.name in ("chat", "batch") else None,
             gpu_hour_usd=PRICES[d.name],
             fixed_monthly_usd=730.0 if d.name == "chat" else 0.0,  # $1/h
+            model_config_path=str(models / d.name),
+            parameters=d.model.params_billion * 1e9,
+            max_model_len=d.max_model_len,
         )
         for d in scenario.deployments
     ]
-    settings = Settings(targets=targets, deployments=deployments)
+    settings = Settings(targets=targets, deployments=deployments, rules=str(ROOT / "rules"))
     store = Store(f"sqlite:///{tmp_path_factory.mktemp('cost') / 'cost.db'}")
     busy: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # target -> [busy scrapes, scrapes]
+    peak_running: dict[str, float] = defaultdict(float)  # deployment -> max running on one replica
 
     def on_scrape(t: float, replica: str, body: str | None) -> None:
         if body is not None and t < HOURS * 3600:  # the scrape at the end is in the next minute
             running = sum(float(v) for v in RUNNING.findall(body))
             busy[replica][0] += running > 0
             busy[replica][1] += 1
+            deployment = replica.rsplit("-", 1)[0]
+            peak_running[deployment] = max(peak_running[deployment], running)
 
-    run_into_store(scenario, store, HOURS * 3600, INTERVAL, settings=settings, on_scrape=on_scrape)
+    run = run_into_store(scenario, store, HOURS * 3600, INTERVAL, settings=settings, on_scrape=on_scrape)
     rt = Runtime(settings, store)
     t0 = int(scenario.start_unix)
+    rt.sim_truth = (run, peak_running)  # type: ignore[attr-defined]
     yield rt, scenario, t0, busy
     store.close()
 
@@ -150,3 +170,36 @@ def test_metrics_dollar_counters_advance_minute_by_minute_and_match_the_report(f
         assert allocated[d.name] == pytest.approx(d.allocated_usd, rel=1e-9)
     attributed = sum(s.value for s in fams["llmslo_cost_attributed_usd"].samples)
     assert attributed == pytest.approx(sum(line.total_usd for line in report.groups.values()), rel=1e-9)
+
+
+def test_capacity_from_the_measured_load(fleet) -> None:  # type: ignore[no-untyped-def]
+    rt, scenario, t0, _busy = fleet
+    run, peak_running = rt.sim_truth
+    report = {c.deployment: c for c in rt.capacity(t0, t0 + HOURS * 3600)}
+    assert set(report) == {d.name for d in scenario.deployments}
+    for spec in scenario.deployments:
+        c = report[spec.name]
+        assert c.peak_concurrency == peak_running[spec.name]  # the highest running count scraped
+        # the context quantile is read as the bucket's upper bound: never below the exact one
+        done = [r for r in run.requests if r.replica.startswith(spec.name + "-") and r.output_tokens > 0]
+        prompts = sorted(r.prompt_tokens for r in done)
+        exact_p95 = prompts[int(0.95 * len(prompts)) - 1]
+        assert c.context_p95 is not None and exact_p95 <= c.context_p95 <= spec.max_model_len
+        assert c.context_p99 is not None and c.context_p99 >= c.context_p95
+        fit = c.memory_p95
+        assert fit is not None and fit.weights_bytes == pytest.approx(spec.model.params_billion * 1e9 * 2)
+        kv_token = 2 * spec.model.layers * spec.model.kv_heads * spec.model.head_dim * 2
+        assert fit.kv_bytes == pytest.approx(kv_token * c.context_p95 * c.peak_concurrency)
+        assert (fit.fits is False) == bool(c.advice)
+        # throughput while the SLOs held, and the replicas the peak hour needs at that rate
+        assert c.slo_hours >= 1 and c.slo_hours_held >= 1
+        assert c.peak_tokens_per_second_at_slo and c.peak_tokens_per_second_at_slo > 0
+        assert c.replicas_needed is not None and c.replicas_needed >= 1
+        assert c.forecasts == {}  # one week of data: no trend yet
+    # chat: 8B in bf16 (14.9 GiB) + KV of 8 x 2,500 tokens (2.4 GiB), x 1.2 = 20.8 GiB <= 24 x 0.92
+    assert report["chat"].memory_p95 is not None and report["chat"].memory_p95.fits is True
+    # support: 7.2B + KV of 11 x 5,500 tokens, x 1.2 = 25 GiB: the worst case does not fit, and
+    # the first remedy caps concurrency at what does
+    support = report["support"]
+    assert support.memory_p95 is not None and support.memory_p95.fits is False
+    assert support.advice[0].startswith(f"cap concurrency at {support.memory_p99.max_concurrency} ")
