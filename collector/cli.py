@@ -1,5 +1,5 @@
-"""The `llmslo` command: serve, demo, simulate, check-config, check, generate, db, inspect,
-example-target."""
+"""The `llmslo` command: serve, demo, simulate, cost, capacity, check-config, check, generate, db,
+inspect, example-target."""
 
 from __future__ import annotations
 
@@ -102,6 +102,178 @@ def cmd_db(args: argparse.Namespace) -> int:
         if before != after
         else f"{database}: at {after}, nothing to do"
     )
+    return 0
+
+
+def _offline_runtime(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """A Runtime over the configured database, for commands that only read it (nothing is
+    scraped); None after printing what is wrong."""
+    from collector.runtime import Runtime
+
+    settings = _load_or_report(args)
+    if settings is None:
+        return None
+    if not settings.deployments:
+        print("config: no `deployments:` (GPU type and price per deployment): nothing to cost", file=sys.stderr)
+        return None
+    return Runtime(settings)
+
+
+def _window(args: argparse.Namespace) -> tuple[int, int]:
+    from datetime import datetime
+
+    from collector.config import parse_duration
+    from collector.runtime import window_bounds
+
+    if args.start or args.end:
+        if not (args.start and args.end):
+            raise ValueError("give both --start and --end (ISO 8601 or unix seconds), or --window")
+
+        def when(text: str) -> int:
+            return (
+                int(float(text))
+                if text.replace(".", "", 1).isdigit()
+                else int(datetime.fromisoformat(text).timestamp())
+            )
+
+        start, end = when(args.start), when(args.end)
+        if end <= start:
+            raise ValueError(f"--end ({args.end}) must be after --start ({args.start})")
+        return start, end
+    return window_bounds(time.time(), parse_duration(args.window))
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    lines = [
+        "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True)))
+    ]
+    for row in rows:
+        lines.append(
+            "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        )
+    return "\n".join(lines)
+
+
+def _utc(unix: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(unix))
+
+
+def num(x: float | None, fmt: str = ",.0f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _money(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"${x:,.{digits}f}"
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    """Cost per group over a window from the stored rollups (the same as /api/v1/cost)."""
+    from collector.api.schemas import cost_out
+
+    rt = _offline_runtime(args)
+    if rt is None:
+        return 2
+    try:
+        start, end = _window(args)
+    except ValueError as exc:
+        print(f"cost: {exc}", file=sys.stderr)
+        return 2
+    try:
+        report = rt.cost_report(start, end)
+        out = cost_out(report, args.group_by, rt.cost_lines(report, args.group_by))
+    finally:
+        rt.store.close()
+    if args.json:
+        print(out.model_dump_json(indent=2))
+        return 0
+    print(f"cost {_utc(start)} - {_utc(end)} UTC")
+    print(
+        _table(
+            ["deployment", "gpu", "GPU-h", "allocated", "busy", "idle", "busy share", "vs API", "break-even req/day"],
+            [
+                [
+                    d.name, d.gpu, f"{d.gpu_hours:,.1f}", _money(d.allocated_usd), _money(d.busy_usd),
+                    _money(d.idle_usd), "-" if d.busy_share is None else f"{d.busy_share:.0%}",
+                    _money(d.api_usd), num(d.break_even_requests_per_day),
+                ]
+                for d in out.deployments
+            ],
+        )
+    )  # fmt: skip
+    print()
+    print(
+        _table(
+            [args.group_by, "requests", "cost", "$/1k req", "$/1M in", "$/1M out", "alloc $/1M", "usage $/1M",
+             "util", "cache saved"],
+            [
+                [
+                    g.key, f"{g.requests:,.0f}", _money(g.cost_usd), _money(g.usd_per_1k_requests, 3),
+                    _money(g.usd_per_million_input_tokens, 3), _money(g.usd_per_million_output_tokens, 3),
+                    _money(g.allocation_usd_per_million_tokens, 3), _money(g.usage_usd_per_million_tokens, 3),
+                    "-" if g.utilization is None else f"{g.utilization:.0%}", _money(g.cache_savings_usd),
+                ]
+                for g in out.groups
+            ],
+        )
+    )  # fmt: skip
+    print(f"\nallocated {_money(out.allocated_usd)}; attributed to requests {_money(out.attributed_usd)}")
+    if out.unpriced_targets:
+        print(f"targets in no deployment (work shown, not costed): {', '.join(out.unpriced_targets)}")
+    return 0
+
+
+def cmd_capacity(args: argparse.Namespace) -> int:
+    """Capacity per deployment over a window (the same as /api/v1/capacity)."""
+    from collector.api.schemas import capacity_out
+
+    rt = _offline_runtime(args)
+    if rt is None:
+        return 2
+    try:
+        start, end = _window(args)
+    except ValueError as exc:
+        print(f"capacity: {exc}", file=sys.stderr)
+        return 2
+    try:
+        out = capacity_out(start, end, rt.capacity(start, end))
+    finally:
+        rt.store.close()
+    if args.json:
+        print(out.model_dump_json(indent=2))
+        return 0
+
+    rows = []
+    for c in out.deployments:
+        fit = c.memory_p99 or c.memory_p95
+        rows.append(
+            [
+                c.deployment, c.gpu, num(c.replicas_seen, ".1f"), num(c.peak_concurrency), num(c.context_p99_tokens),
+                "-" if fit is None or fit.needed_gib is None else f"{fit.needed_gib:.1f}/{fit.usable_gib:.1f}",
+                "-" if fit is None or fit.fits is None else ("yes" if fit.fits else "NO"),
+                num(fit.max_concurrency if fit else None), num(c.peak_tokens_per_second_at_slo),
+                num(c.peak_demand_tokens_per_second), num(c.replicas_needed),
+            ]
+        )  # fmt: skip
+    header = ["deployment", "gpu", "replicas", "peak seqs", "p99 ctx", "GiB need/usable", "fits",
+              "max seqs", "tok/s/replica@SLO", "peak tok/s", "replicas needed"]  # fmt: skip
+    print(_table(header, rows))
+    for c in out.deployments:
+        for advice in c.advice:
+            print(f"{c.deployment}: {advice}")
+        for name, t in c.forecasts.items():
+            when = "not on the current trend"
+            if t.crosses_unix is not None:
+                when = time.strftime("%Y-%m-%d", time.gmtime(t.crosses_unix))
+                if t.crosses_earliest_unix is not None:
+                    late = (
+                        "never"
+                        if t.crosses_latest_unix is None
+                        else time.strftime("%Y-%m-%d", time.gmtime(t.crosses_latest_unix))
+                    )
+                    when += f" (95 %: {time.strftime('%Y-%m-%d', time.gmtime(t.crosses_earliest_unix))} .. {late})"
+            trend = f"weekly peak {t.latest:.3g}, {t.slope_per_week:+.3g}/week"
+            print(f"{c.deployment}: {name} {trend}, reaches {t.limit:g}: {when}")
     return 0
 
 
@@ -386,6 +558,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("action", choices=["upgrade", "current"])
     p.set_defaults(func=cmd_db)
+
+    for name, func, default, what in (
+        ("cost", cmd_cost, "1d", "cost per deployment and group from the stored rollups"),
+        ("capacity", cmd_capacity, "4w", "memory fit, throughput at SLO, replicas needed, saturation forecast"),
+    ):
+        p = with_config(sub.add_parser(name, help=what))
+        p.add_argument("--window", default=default, help=f"the last this long (default {default})")
+        p.add_argument("--start", help="ISO 8601 time or unix seconds (with --end, instead of --window)")
+        p.add_argument("--end", help="ISO 8601 time or unix seconds, exclusive")
+        if name == "cost":
+            p.add_argument(
+                "--group-by",
+                default="business_type",
+                choices=["deployment", "business_type", "model", "target", "tenant"],
+            )
+        p.add_argument("--json", action="store_true", help="the API's JSON instead of tables")
+        p.set_defaults(func=func)
 
     p = sub.add_parser("check", help="validate SLO rules and print every problem")
     p.add_argument("rules", nargs="?", default="rules")
