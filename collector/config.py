@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
@@ -69,6 +69,9 @@ class TargetConfig(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$", max_length=128)
     url: str
+    # vllm: a vLLM server's /metrics; dcgm: NVIDIA's DCGM exporter (GPU memory, activity, power),
+    # listed in a deployment's `targets:` to give its GPUs' busy share and the GPU memory alert
+    kind: Literal["vllm", "dcgm"] = "vllm"
     interval: Duration | None = None
     timeout: Duration | None = None
     labels: dict[str, str] = Field(default_factory=dict)
@@ -364,6 +367,11 @@ def _cross_checks(settings: Settings, source: str, root: yaml.Node | None) -> li
                 f"{where}: targets[{i}].name: duplicate target name {target.name!r} (also targets[{seen[target.name]}])"
             )
         seen.setdefault(target.name, i)
+        if target.kind == "dcgm" and (target.business_type is not None or target.models):
+            problems.append(
+                f"{where}: targets[{i}]: a DCGM exporter serves no requests: give it no business_type or "
+                "models; list it in a deployment's `targets:` instead"
+            )
         if target.business_type is not None and target.business_type not in known:
             problems.append(
                 f"{where}: targets[{i}].business_type: unknown business type "

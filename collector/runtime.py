@@ -38,9 +38,18 @@ from collector.fleetmap import FleetMap
 from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, period_start
 from collector.slo.alerts import AlertBook, deliver
 from collector.slo.evaluate import SloStatus, evaluate, period_bounds
-from collector.slo.incidents import TargetHealth, Wanted, cache_alerts, cache_alerts_from, target_alerts
+from collector.slo.incidents import (
+    MemoryReading,
+    TargetHealth,
+    Wanted,
+    cache_alerts,
+    cache_alerts_from,
+    memory_alerts,
+    target_alerts,
+)
 from collector.slo.ledger import SloLedger
 from collector.slo.spec import SloRules, load_rules
+from collector.sources.dcgm import USED_RATIO
 from collector.sources.scrape import TargetScraper
 from collector.sources.scrapeloop import ScrapeLoops
 from collector.store.committer import GroupCommitter
@@ -112,6 +121,7 @@ class Runtime:
         # the cost-ceiling SLI prices slices with the inventory; without one it has no data
         self.cost_of: CostOf | None = self._slice_costs if self.inventory else None
         self.cost_meter = CostMeter()
+        self.memory_high_since: dict[str, float] = {}  # deployment -> when its memory went above the threshold
         self.slo_metrics = tuple(sorted({*SLO_METRICS, *COST_METRICS})) if self.inventory else SLO_METRICS
         # SLO events kept incrementally as scrapes and spans commit (collector/slo/ledger.py)
         self.ledger = (
@@ -208,6 +218,7 @@ class Runtime:
         else:
             statuses, incidents = self._evaluate_from_store(self.rules, now_unix)
         incidents |= target_alerts(self.rules, self.target_health(), now_unix)
+        incidents |= memory_alerts(self.rules, self.memory_readings(now_unix), self.memory_high_since, now_unix)
         self.alerts.apply(self.rules, statuses, now_unix, incidents=incidents)
         self.slo_statuses = statuses
         return statuses
@@ -218,6 +229,39 @@ class Runtime:
         requests = read_requests(self.store, start, end)
         statuses = evaluate(rules, rows, now_unix, requests, self.business_type_of, self.cost_of)
         return statuses, cache_alerts(rules, rows, now_unix, self.business_type_of)
+
+    def memory_readings(self, now_unix: float) -> list[MemoryReading]:
+        """Per deployment of the inventory, from each target's last scrape (if recent): the
+        highest GPU framebuffer ratio its DCGM exporters report, else the highest KV-cache usage
+        of its vLLM servers. The DCGM threshold sits 5 points above the deployment's
+        gpu_memory_utilization (what vLLM reserves anyway), and at least at the KV threshold."""
+        if self.rules is None or self.rules.thresholds.kv_cache_usage is None:
+            return []
+        kv_threshold = self.rules.thresholds.kv_cache_usage
+        out = []
+        for d in self.inventory.deployments.values():
+            best: dict[str, tuple[float, str]] = {}
+            for name in d.targets:
+                scraper = self.scrapers.get(name)
+                if scraper is None or not scraper.recent or not scraper.status.up:
+                    continue
+                last = scraper.recent[-1]
+                if now_unix - last.unix > 2 * scraper.interval + 5:
+                    continue  # stale
+                for ident, cell in last.cells.items():
+                    metric = ident.key.metric
+                    source = "dcgm" if metric == USED_RATIO else "kv_cache" if metric == "kv_cache_usage" else None
+                    if source is None or not cell.n:
+                        continue
+                    where = f"{name} {ident.key.model}" if source == "dcgm" else name
+                    if source not in best or cell.glast > best[source][0]:
+                        best[source] = (cell.glast, where)
+            if "dcgm" in best:
+                threshold = round(min(0.99, max(kv_threshold, d.config.gpu_memory_utilization + 0.05)), 4)
+                out.append(MemoryReading(d.name, "dcgm", best["dcgm"][0], threshold, best["dcgm"][1]))
+            elif "kv_cache" in best:
+                out.append(MemoryReading(d.name, "kv_cache", best["kv_cache"][0], kv_threshold, best["kv_cache"][1]))
+        return out
 
     def target_health(self) -> list[TargetHealth]:
         """Each target's state for the incident alerts, with the business types it serves."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from collector.analytics.percentiles import QuantileEstimate, histogram_quantile
 from collector.conventions import QUANTILES
 from collector.rollup import Cell, SeriesCell
+from collector.sources.dcgm import is_gpu_metric
 from collector.sources.vllm import Kind
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode")
@@ -256,6 +257,8 @@ def build_report(
     """
     by_group: dict[tuple[str, str], list[SeriesCell]] = defaultdict(list)
     for sc in cells:
+        if is_gpu_metric(sc.ident.key.metric):
+            continue  # DCGM GPUs are not serving groups (the cost model and capacity read them)
         by_group[(sc.target, sc.ident.key.model)].append(sc)
     groups: list[GroupStats] = []
     by_type: dict[str, list[SeriesCell]] = defaultdict(list)

@@ -470,6 +470,7 @@ class DeploymentCostOut(BaseModel):
     gpu_hours: float
     replica_hours: float
     busy_share: float | None  # share of scraped time with requests running; null: not sampled
+    busy_source: str  # engine (vLLM requests running), dcgm (GPU engine activity), none
     busy_usd: float
     idle_usd: float
     unshared_idle_usd: float  # idle charged to no group
@@ -512,6 +513,7 @@ def cost_out(report: CostReport, group_by: str, lines: dict[str, CostLineData]) 
                 gpu_hours=d.gpu_hours,
                 replica_hours=d.replica_hours,
                 busy_share=d.busy_share,
+                busy_source=d.busy_source,
                 busy_usd=d.busy_usd,
                 idle_usd=d.idle_usd,
                 unshared_idle_usd=d.unshared_idle_usd,
@@ -571,6 +573,7 @@ class CapacityOut(BaseModel):
     context_p95_tokens: float | None
     context_p99_tokens: float | None
     kv_usage_peak: float | None
+    gpu_memory_peak: float | None  # DCGM framebuffer used ratio; null: no exporter scraped
     memory_p95: MemoryFitOut | None
     memory_p99: MemoryFitOut | None
     advice: list[str]
@@ -624,6 +627,7 @@ def capacity_out(start: int, end: int, report: list[Capacity]) -> CapacityRespon
                 context_p95_tokens=c.context_p95,
                 context_p99_tokens=c.context_p99,
                 kv_usage_peak=c.kv_usage_peak,
+                gpu_memory_peak=c.gpu_memory_peak,
                 memory_p95=memory_fit_out(c.memory_p95),
                 memory_p99=memory_fit_out(c.memory_p99),
                 advice=c.advice,

@@ -26,12 +26,22 @@ from dataclasses import dataclass, field
 from collector.config import CostConfig
 from collector.cost.inventory import Deployment, Inventory
 from collector.rollup import Cell, Row, SeriesIdent
+from collector.sources.dcgm import ENGINE_ACTIVE
 from collector.sources.vllm import BUSY, Kind
 from collector.traces.rollup import RequestCell, RequestKey
 
 MILLION = 1_000_000.0
 # the stored series the cost model reads
-COST_METRICS = ("prompt_tokens", "generation_tokens", "prefix_cache_hits", "request_success", "prefill", "decode", BUSY)
+COST_METRICS = (
+    "prompt_tokens",
+    "generation_tokens",
+    "prefix_cache_hits",
+    "request_success",
+    "prefill",
+    "decode",
+    BUSY,
+    ENGINE_ACTIVE,  # DCGM: the busy share when the engines' own state is not sampled
+)
 GROUP_BY = ("deployment", "business_type", "model", "target", "tenant")
 
 
@@ -49,6 +59,8 @@ class Work:
     busy_sum: float = 0.0  # busy gauge: sum of 0/1 samples, their count, the time they cover
     busy_n: float = 0.0
     observed_seconds: float = 0.0
+    gpu_active_sum: float = 0.0  # DCGM_FI_PROF_GR_ENGINE_ACTIVE samples (0-1) and their count
+    gpu_active_n: float = 0.0
 
     def merge(self, o: Work) -> None:
         self.requests += o.requests
@@ -61,6 +73,13 @@ class Work:
         self.busy_sum += o.busy_sum
         self.busy_n += o.busy_n
         self.observed_seconds += o.observed_seconds
+        self.gpu_active_sum += o.gpu_active_sum
+        self.gpu_active_n += o.gpu_active_n
+
+    @property
+    def is_gpu_only(self) -> bool:
+        """A DCGM GPU's entry: activity, no requests or tokens of its own."""
+        return self.gpu_active_n > 0 and not (self.requests or self.prompt_tokens or self.output_tokens or self.busy_n)
 
     @property
     def uncached_tokens(self) -> float:
@@ -101,6 +120,9 @@ class CostInputs:
             w.busy_sum += cell.sum
             w.busy_n += cell.n
             w.observed_seconds += cell.observed_seconds
+        elif metric == ENGINE_ACTIVE:
+            w.gpu_active_sum += cell.sum
+            w.gpu_active_n += cell.n
 
     def add_rows(self, rows: Iterable[Row]) -> CostInputs:
         for r in rows:
@@ -183,6 +205,7 @@ class DeploymentCost:
     gpu_hours: float
     replica_hours: float
     busy_share: float | None  # None: no busy samples (older data): all cost counted busy
+    busy_source: str  # "engine" (requests running), "dcgm" (GPU engine activity) or "none"
     busy_usd: float
     idle_usd: float  # allocated - busy
     unshared_idle_usd: float  # idle charged to no group (share_idle false, or no work at all)
@@ -262,6 +285,8 @@ def _deployment(
     groups: dict[tuple[str | None, str, str, str | None], Line],
 ) -> DeploymentCost:
     # replica time and busy time, per target (a target serving several models is busy when any is)
+    gpus = [w for _key, w in members if w.is_gpu_only]
+    members = [(key, w) for key, w in members if not w.is_gpu_only]
     present: dict[str, float] = defaultdict(float)
     busy: dict[str, float] = defaultdict(float)
     sampled = False
@@ -274,7 +299,14 @@ def _deployment(
     replica_hours = d.config.replicas * hours if d.config.replicas is not None else seen_hours
     gpu_hours = replica_hours * d.config.gpus_per_replica
     allocated = gpu_hours * d.gpu_hour_usd + d.fixed_hour_usd() * hours
-    busy_share = (sum(busy.values()) / sum(present.values()) if sum(present.values()) > 0 else 0.0) if sampled else None
+    busy_share: float | None = None
+    source = "none"
+    if sampled:
+        busy_share = sum(busy.values()) / sum(present.values()) if sum(present.values()) > 0 else 0.0
+        source = "engine"
+    elif sum(g.gpu_active_n for g in gpus) > 0:
+        busy_share = sum(g.gpu_active_sum for g in gpus) / sum(g.gpu_active_n for g in gpus)
+        source = "dcgm"
     busy_usd = allocated * (busy_share if busy_share is not None else 1.0)
 
     # price of a unit of work, calibrated on this deployment's own prefill and decode times
@@ -331,6 +363,7 @@ def _deployment(
         gpu_hours=gpu_hours,
         replica_hours=replica_hours,
         busy_share=busy_share,
+        busy_source=source,
         busy_usd=busy_usd,
         idle_usd=idle_usd,
         unshared_idle_usd=idle_usd - shared_idle,

@@ -30,6 +30,7 @@ from collector.cost.formulas import GIB, MemoryFit, memory_fit, remedies
 from collector.cost.inventory import Deployment, Inventory
 from collector.rollup import HOUR_SECONDS, Row
 from collector.slo.spec import Objective, SloRules
+from collector.sources.dcgm import USED_RATIO, is_gpu_metric
 from collector.sources.vllm import BUSY, Kind
 
 WEEK_SECONDS = 7 * 86400
@@ -47,6 +48,7 @@ CAPACITY_METRICS = (
     "e2e",
     "queue",
     BUSY,
+    USED_RATIO,  # DCGM
 )
 
 
@@ -105,6 +107,7 @@ class _Hour:
     running_max: float = 0.0
     waiting_max: float = 0.0
     kv_max: float = 0.0
+    gpu_memory_max: float | None = None  # DCGM framebuffer used ratio, when exporters are scraped
 
 
 @dataclass(slots=True)
@@ -116,6 +119,7 @@ class Capacity:
     context_p95: float | None  # tokens: prompt p95 + output p95 (bucket upper bounds)
     context_p99: float | None
     kv_usage_peak: float | None
+    gpu_memory_peak: float | None  # DCGM framebuffer used ratio (None: no exporter scraped)
     memory_p95: MemoryFit | None
     memory_p99: MemoryFit | None
     advice: list[str]
@@ -189,10 +193,14 @@ def capacity_report(
             continue
         ident, cell = r.cell.ident, r.cell.cell
         metric = ident.key.metric
+        h = hours[d.name][r.start_unix - r.start_unix % HOUR_SECONDS]
+        if is_gpu_metric(metric):
+            if metric == USED_RATIO and cell.n:
+                h.gpu_memory_max = max(h.gpu_memory_max or 0.0, cell.gmax)
+            continue
         bt = business_type_of(r.cell.target, ident.key.model)
         if bt:
             types[d.name].add(bt)
-        h = hours[d.name][r.start_unix - r.start_unix % HOUR_SECONDS]
         h.targets.add(r.cell.target)
         if ident.kind is Kind.COUNTER:
             if metric in ("prompt_tokens", "generation_tokens"):
@@ -314,9 +322,15 @@ def _deployment_capacity(
             ("kv_cache_usage", h.kv_max),
             ("requests_waiting", h.waiting_max),
             ("tokens_per_second", h.tokens / HOUR_SECONDS),
+            ("gpu_memory_used_ratio", h.gpu_memory_max),
         ):
-            weekly[key][week] = max(weekly[key].get(week, 0.0), value)
-    limits = {"kv_cache_usage": kv_limit, "requests_waiting": queue_limit}
+            if value is not None:
+                weekly[key][week] = max(weekly[key].get(week, 0.0), value)
+    limits = {
+        "kv_cache_usage": kv_limit,
+        "requests_waiting": queue_limit,
+        "gpu_memory_used_ratio": min(0.99, max(kv_limit, d.config.gpu_memory_utilization + 0.05)),
+    }
     if best_tokens:
         limits["tokens_per_second"] = best_tokens * (d.config.replicas or replicas_seen or 1.0)
     forecasts = {}
@@ -332,6 +346,7 @@ def _deployment_capacity(
         context_p95=context.get(0.95),
         context_p99=context.get(0.99),
         kv_usage_peak=max((h.kv_max for h in hours.values()), default=None),
+        gpu_memory_peak=max((h.gpu_memory_max for h in hours.values() if h.gpu_memory_max is not None), default=None),
         memory_p95=fits[0.95],
         memory_p99=fits[0.99],
         advice=advice,

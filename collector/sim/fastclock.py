@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from collector import conventions as conv
 from collector.config import Settings, TargetConfig
+from collector.sim.dcgm import render_dcgm
 from collector.sim.exposition import render
 from collector.sim.model import Fleet, Request
 from collector.sim.scenario import Scenario
@@ -15,6 +16,7 @@ from collector.sources.scrape import ScrapeError, TargetScraper
 from collector.store.repository import Store
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DCGM_SUFFIX = "-dcgm"
 MALFORMED = 'vllm:num_requests_running{model_name="broken" 1\n'
 
 
@@ -39,6 +41,8 @@ def scrape_body(
     fleet: Fleet, replica: str, t: float, version: str, timeout: float
 ) -> tuple[str | None, ScrapeError | None]:
     """What a scrape of `replica` at `t` returns: a body, or the error the scraper would see."""
+    if replica.endswith(DCGM_SUFFIX):  # the DCGM exporter beside a replica: up while its node is
+        return render_dcgm(fleet, fleet.replicas[replica.removesuffix(DCGM_SUFFIX)], t), None
     rep = fleet.replicas[replica]
     if not fleet.replica_available(rep, t):
         return None, ScrapeError(conv.REASON_CONNECT, "ConnectError: connection refused (replica down)")
@@ -58,9 +62,12 @@ def scrape_body(
 
 
 def targets_for(
-    scenario: Scenario, url_of: Callable[[str], str] = lambda r: f"http://sim.invalid/{r}/metrics"
+    scenario: Scenario,
+    url_of: Callable[[str], str] = lambda r: f"http://sim.invalid/{r}/metrics",
+    dcgm: bool = False,
 ) -> list[TargetConfig]:
-    """One collector target per replica, mapped to the replica's business types."""
+    """One collector target per replica, mapped to the replica's business types (and, with
+    `dcgm`, one DCGM exporter target per replica, named `<replica>-dcgm`)."""
     out = []
     for dep in scenario.deployments:
         for i in range(dep.replicas):
@@ -73,6 +80,8 @@ def targets_for(
                     default_model=dep.model.name,
                 )
             )
+            if dcgm:
+                out.append(TargetConfig(name=name + DCGM_SUFFIX, url=url_of(name + DCGM_SUFFIX), kind="dcgm"))
     return out
 
 

@@ -73,6 +73,7 @@ class IncidentIn(_Strict):
         "replica_down",
         "slow_metrics",
         "malformed_metrics",
+        "gpu_memory_pressure",  # another process takes GPU memory: DCGM's FB_USED reaches `factor` of it
     ]
     start: Duration
     duration: Duration
@@ -268,6 +269,7 @@ def _cross_checks(spec: ScenarioIn, source: str, root: object) -> list[str]:
             "prompt_drift": "factor",
             "error_burst": "error_ratio",
             "slow_metrics": "delay_seconds",
+            "gpu_memory_pressure": "factor",
         }.get(inc.kind)
         if needs == "factor" and inc.factor == 1.0:
             problems.append(f"{at('incidents', i)}: incidents[{i}]: {inc.kind} needs a factor other than 1")

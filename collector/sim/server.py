@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from collector.api.embedded import EmbeddedServer
 from collector.sim import model as m
+from collector.sim.dcgm import render_dcgm
 from collector.sim.exposition import render
 from collector.sim.scenario import Scenario
 from collector.sim.spans import SpanEmitter
@@ -164,6 +165,12 @@ class Simulation:
                     rep.kv_capacity // rep.deployment.block_size,
                 )
             return PlainTextResponse(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+        @app.get("/dcgm/metrics")
+        async def dcgm_metrics() -> Response:
+            """What NVIDIA's DCGM exporter beside this replica would serve for its GPU."""
+            self.fleet.advance(self.now)
+            return PlainTextResponse(render_dcgm(self.fleet, rep, self.now), media_type="text/plain; version=0.0.4")
 
         @app.get("/health")
         async def health() -> dict[str, str]:

@@ -159,3 +159,58 @@ def cache_alerts_from(
                 },
             )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReading:
+    """A deployment's memory pressure now: GPU framebuffer from DCGM when its exporters answer,
+    else vLLM's KV-cache usage (the seeds' "memory usage > 95 %")."""
+
+    deployment: str
+    source: str  # "dcgm" or "kv_cache"
+    value: float  # the highest GPU's or engine's ratio
+    threshold: float
+    where: str  # the GPU or target holding the highest value
+
+
+def memory_alerts(
+    rules: SloRules, readings: Iterable[MemoryReading], high_since: dict[str, float], now: float
+) -> Wanted:
+    """A ticket per deployment whose reading stayed above its threshold for `kv_cache_for`.
+    `high_since` (deployment -> when it went above) is kept by the caller between passes."""
+    t = rules.thresholds
+    out: Wanted = {}
+    seen = set()
+    for r in readings:
+        seen.add(r.deployment)
+        if r.value <= r.threshold:
+            high_since.pop(r.deployment, None)
+            continue
+        since = high_since.setdefault(r.deployment, now)
+        if now - since < t.kv_cache_for_seconds:
+            continue
+        what = (
+            "GPU memory (DCGM framebuffer) is"
+            if r.source == "dcgm"
+            else "the KV cache (no DCGM exporter for this deployment) is"
+        )
+        out |= _instance(
+            rules,
+            "LLMSLOMemoryNearlyFull",
+            {"severity": "ticket", "deployment": r.deployment, "source": r.source},
+            {
+                "summary": f"{r.deployment}: memory nearly full",
+                "description": f"On {r.where}, {what} {r.value:.1%} used, above {r.threshold:.0%} for "
+                f"{now - since:.0f} s. "
+                + (
+                    "vLLM reserves gpu_memory_utilization of the GPU at start-up, so the threshold sits above "
+                    "that reservation: something else is taking memory (another process, a second engine, "
+                    "fragmentation), and the next allocation may fail."
+                    if r.source == "dcgm"
+                    else "Requests will be preempted (recomputed) or queue until sequences finish."
+                ),
+            },
+        )
+    for gone in set(high_since) - seen:
+        del high_since[gone]
+    return out

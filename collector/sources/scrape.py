@@ -21,6 +21,7 @@ from collector import conventions as conv
 from collector.config import Settings, TargetConfig
 from collector.rollup import Cell, DeltaTracker, ScrapeDeltas, SeriesIdent
 from collector.secrets import redact_url, scrub
+from collector.sources.dcgm import read_dcgm
 from collector.sources.expfmt import ExpositionError
 from collector.sources.vllm import EngineSnapshot, SeriesKey, SlotCache, new_cache, read_scrape
 from collector.store.committer import GroupCommitter
@@ -160,6 +161,8 @@ class TargetScraper:
 
     def _read(self, body: bytes | str, content_type: str | None) -> EngineSnapshot:
         t, scrape = self.target, self.settings.scrape
+        if t.kind == "dcgm":
+            return read_dcgm(body, scrape.sample_limit if t.sample_limit is None else t.sample_limit)
         return read_scrape(
             body,
             content_type,

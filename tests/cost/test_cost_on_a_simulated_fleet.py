@@ -14,24 +14,28 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.analytics.serving import build_report
 from collector.api.metrics import build_registry
 from collector.config import CostConfig, DeploymentConfig, Settings
+from collector.cost.allocation import COST_METRICS, CostInputs, attribute
 from collector.runtime import Runtime
 from collector.sim.fastclock import run_into_store, targets_for
 from collector.sim.scenario import load_scenario
+from collector.sources.vllm import BUSY
 from collector.store.repository import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 HOURS = 2
 INTERVAL = 15.0
 RUNNING = re.compile(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", re.M)
+ACTIVE = re.compile(r"^DCGM_FI_PROF_GR_ENGINE_ACTIVE\{[^}]*\} (\S+)$", re.M)
 PRICES = {"chat": 2.50, "support": 1.10, "code": 1.10, "batch": 4.00}
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     scenario = load_scenario("healthy")
-    targets = targets_for(scenario)
+    targets = targets_for(scenario, dcgm=True)  # each replica with a DCGM exporter beside it
     models = tmp_path_factory.mktemp("models")
     for d in scenario.deployments:  # each deployment's model as a Hugging Face config.json
         m = d.model
@@ -46,7 +50,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     deployments = [
         DeploymentConfig(
             name=d.name,
-            targets=[t.name for t in targets if t.name.startswith(d.name + "-")],
+            targets=[t.name for t in targets if t.name.startswith(d.name + "-")],  # servers and exporters
             gpu="H100" if d.name == "batch" else "L4",
             # chat and batch billed for configured replicas, the others for the replicas scraped
             replicas=d.replicas if d.name in ("chat", "batch") else None,
@@ -62,9 +66,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     store = Store(f"sqlite:///{tmp_path_factory.mktemp('cost') / 'cost.db'}")
     busy: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # target -> [busy scrapes, scrapes]
     peak_running: dict[str, float] = defaultdict(float)  # deployment -> max running on one replica
+    active: dict[str, list[float]] = defaultdict(list)  # deployment -> DCGM engine-active samples
 
     def on_scrape(t: float, replica: str, body: str | None) -> None:
-        if body is not None and t < HOURS * 3600:  # the scrape at the end is in the next minute
+        if body is not None and t < HOURS * 3600 and replica.endswith("-dcgm"):
+            active[replica.split("-")[0]] += [float(v) for v in ACTIVE.findall(body)]
+        elif body is not None and t < HOURS * 3600:  # the scrape at the end is in the next minute
             running = sum(float(v) for v in RUNNING.findall(body))
             busy[replica][0] += running > 0
             busy[replica][1] += 1
@@ -74,7 +81,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     run = run_into_store(scenario, store, HOURS * 3600, INTERVAL, settings=settings, on_scrape=on_scrape)
     rt = Runtime(settings, store)
     t0 = int(scenario.start_unix)
-    rt.sim_truth = (run, peak_running)  # type: ignore[attr-defined]
+    rt.sim_truth = (run, peak_running, active)  # type: ignore[attr-defined]
     yield rt, scenario, t0, busy
     store.close()
 
@@ -109,6 +116,7 @@ def test_busy_share_is_the_share_of_scrapes_with_requests_running(fleet) -> None
         counts = [busy[t] for t in busy if t.startswith(d.name + "-")]
         truth = sum(b for b, _ in counts) / sum(n for _, n in counts)
         assert d.busy_share == pytest.approx(truth, abs=1e-9), d.name
+        assert d.busy_source == "engine"  # the engines' own state first; DCGM only without it
         assert d.busy_usd == pytest.approx(d.allocated_usd * truth)
         assert d.idle_usd == pytest.approx(d.allocated_usd * (1 - truth))
     shares = {d.name: d.busy_share for d in report.deployments}
@@ -174,7 +182,7 @@ def test_metrics_dollar_counters_advance_minute_by_minute_and_match_the_report(f
 
 def test_capacity_from_the_measured_load(fleet) -> None:  # type: ignore[no-untyped-def]
     rt, scenario, t0, _busy = fleet
-    run, peak_running = rt.sim_truth
+    run, peak_running, _active = rt.sim_truth
     report = {c.deployment: c for c in rt.capacity(t0, t0 + HOURS * 3600)}
     assert set(report) == {d.name for d in scenario.deployments}
     for spec in scenario.deployments:
@@ -203,3 +211,23 @@ def test_capacity_from_the_measured_load(fleet) -> None:  # type: ignore[no-unty
     support = report["support"]
     assert support.memory_p95 is not None and support.memory_p95.fits is False
     assert support.advice[0].startswith(f"cap concurrency at {support.memory_p99.max_concurrency} ")
+
+
+def test_dcgm_exporters_give_the_busy_share_when_the_engines_do_not(fleet) -> None:  # type: ignore[no-untyped-def]
+    rt, _scenario, t0, _busy = fleet
+    _run, _peak, active = rt.sim_truth
+    end = t0 + HOURS * 3600
+    rows = [r for r in rt.store.read_rows(t0, end, metrics=COST_METRICS) if r.cell.ident.key.metric != BUSY]
+    report = attribute(CostInputs().add_rows(rows), rt.inventory, rt.settings.cost, t0, end, rt.business_type_of)
+    for d in report.deployments:
+        samples = active[d.name]
+        assert d.busy_source == "dcgm"
+        assert d.busy_share == pytest.approx(sum(samples) / len(samples), abs=1e-9)
+    # GPUs are not serving groups and not cost groups
+    assert not any(key[1].endswith("-dcgm") for key in report.groups)
+    cells = rt.store.read_window(t0, end)
+    serving = build_report(cells, HOURS * 3600, t0, end, rt.business_type_of)
+    assert not any(g.target.endswith("-dcgm") for g in serving.groups)
+    # capacity reads the framebuffer: vLLM's reservation (0.9 of 24 GiB) + the 500 MiB CUDA context
+    cap = {c.deployment: c for c in rt.capacity(t0, end)}
+    assert cap["chat"].gpu_memory_peak == pytest.approx((24 * 1024 * 0.9 + 500) / (24 * 1024), abs=1e-4)

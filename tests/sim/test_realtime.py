@@ -16,7 +16,8 @@ from collector.demo import run_demo
 from collector.sim.scenario import load_scenario, parse_scenario
 from collector.sim.server import Simulation
 from collector.sim.spans import SpanEmitter
-from collector.sources.vllm import read_scrape
+from collector.sources.dcgm import read_dcgm
+from collector.sources.vllm import SeriesKey, read_scrape
 from tests.receivers import PostRecorder
 
 HEALTHY = Path(__file__).resolve().parents[2] / "collector" / "data" / "scenario-healthy.yaml"
@@ -96,6 +97,10 @@ def test_replicas_serve_metrics_and_an_openai_api_with_simulated_timing(receiver
                 bad = await client.post(sim.url("chat-0", "/v1/completions"), json={"prompt": "x", "max_tokens": 99999})
                 assert bad.status_code == 400
                 text = (await client.get(sim.url("chat-0"))).text
+                gpu = read_dcgm((await client.get(sim.url("chat-0", "/dcgm/metrics"))).text)
+            # the DCGM exporter beside the replica: vLLM's reservation of its 24 GB GPU, idle now
+            assert gpu.gauges[SeriesKey("gpu0", "gpu_memory_used_ratio")] > 0.9
+            assert gpu.gauges[SeriesKey("gpu0", "gpu_engine_active")] == 0.0
             snap = read_scrape(text)
             success = sum(v for k, v in snap.counters.items() if k.metric == "request_success")
             assert success == 2  # the two requests this test sent; the 400 never reached the engine
