@@ -380,7 +380,10 @@ def tenant_lines(
     """Cost per tenant (from gateway spans): each model's measured price per uncached prompt,
     cached prompt and output token (the engine side of the report, idle share included) times
     the tokens each tenant's requests carried. Spans cover what the gateway saw, so the tenants
-    add up to the engine's total only when every request went through it."""
+    add up to the engine's total only when every request went through it; spans claiming more
+    tokens of a model than its engines counted (a gateway in front of servers llmslo does not
+    scrape, clocks apart) are scaled down to the engines' count, so tenants never sum above the
+    cost they split."""
     # per model: input USD, input work (tokens, hits weighted), output USD, output tokens, busy USD, total USD
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0] * 6)
     for (_d, _t, model, _bt), line in report.groups.items():
@@ -391,14 +394,21 @@ def tenant_lines(
         s[3] += line.output_tokens
         s[4] += line.busy_usd
         s[5] += line.total_usd
+    requests = list(requests)
+    claimed: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # model -> span input work, output tokens
+    for key, cell in requests:
+        cached = min(cell.cached_input_tokens, cell.input_tokens)
+        claimed[key.model][0] += cell.input_tokens - cached + cached_token_weight * cached
+        claimed[key.model][1] += cell.output_tokens
     out: dict[str, Line] = defaultdict(Line)
     for key, cell in requests:
         cached = min(cell.cached_input_tokens, cell.input_tokens)
         line = Line(float(cell.total), float(cell.input_tokens), float(cached), float(cell.output_tokens))
         m = sums.get(key.model)
         if m is not None:
-            per_input = m[0] / m[1] if m[1] > 0 else 0.0
-            per_output = m[2] / m[3] if m[3] > 0 else 0.0
+            c_in, c_out = claimed[key.model]
+            per_input = m[0] / max(m[1], c_in) if m[1] > 0 else 0.0
+            per_output = m[2] / max(m[3], c_out) if m[3] > 0 else 0.0
             line.input_usd = per_input * (cell.input_tokens - cached + cached_token_weight * cached)
             line.output_usd = per_output * cell.output_tokens
             busy_share = m[4] / m[5] if m[5] > 0 else 1.0
