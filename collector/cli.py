@@ -467,7 +467,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
         store = Store(args.database or "sqlite:///data/simulated.db")
         started = time.perf_counter()
-        run = run_into_store(scenario, store, parse_duration(args.fast), version=version)
+        run = run_into_store(
+            scenario, store, parse_duration(args.fast), parse_duration(args.scrape_interval), version=version
+        )
         print(
             f"simulated {args.fast} in {time.perf_counter() - started:.1f} s: {len(run.requests)} requests, "
             f"{sum(s.status.scrapes_total for s in run.scrapers.values())} scrapes into {store.url}"
@@ -602,6 +604,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.add_argument("--fast", help="simulate this long (e.g. 6h) on a virtual clock into --database")
     p.add_argument("--database", help="database URL for --fast (default sqlite:///data/simulated.db)")
+    p.add_argument("--scrape-interval", default="15s", help="how often --fast scrapes each replica (default 15s)")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("demo", help="simulator + collector + live view: healthy, an incident, recovery")

@@ -120,8 +120,8 @@ def test_compaction_merges_whole_old_hours_and_keeps_totals(store: Store) -> Non
     minutes, expired = store.compact(
         now_unix=end + 3600.0, minute_retention_seconds=3600.0, hour_retention_seconds=30 * 86400.0
     )
-    assert minutes == 120 * 22 and expired == 0  # hours 0 and 1 compacted; 22 series
-    assert store.count_rollups(HOUR_SECONDS) == 2 * 22
+    assert minutes == 120 * 23 and expired == 0  # hours 0 and 1 compacted; 23 series (with the busy gauge)
+    assert store.count_rollups(HOUR_SECONDS) == 2 * 23
     after = derive(store.read_window(0, end), end)
     assert after.requests == before.requests == 129 * 20
     assert after.prompt_tokens_per_second == pytest.approx(before.prompt_tokens_per_second)
