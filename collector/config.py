@@ -253,6 +253,42 @@ class CostConfig(_Strict):
     capacity_headroom: float = Field(0.2, ge=0, lt=1, description="spare share kept when sizing replicas")
 
 
+class DriftConfig(_Strict):
+    """Workload drift (collector/drift): the current window of each signal against a reference."""
+
+    enabled: bool = True
+    window: Duration = 300.0  # the current window (the running minute included)
+    reference: Literal["trailing", "hour_of_week"] = "trailing"
+    reference_length: Duration = 86400.0  # trailing: this long before the current window
+    weeks: int = Field(4, ge=1, le=12)  # hour_of_week: the same hours of this many previous weeks
+    min_events: int = Field(100, ge=1, description="requests in the window (and the reference) to judge it")
+    refresh: Duration = 600.0  # the reference and its thresholds are rebuilt this often
+    severity: Literal["ticket", "page", "none"] = "ticket"  # of the LLMSLOWorkloadDrift alert
+    signals: list[str] = Field(
+        default_factory=lambda: [
+            "prompt_length",
+            "generation_length",
+            "queue_time",
+            "prefill_time",
+            "decode_time",
+            "finish_reason",
+            "prefix_cache",
+            "model_mix",
+        ]
+    )
+    tenants: bool = True  # per tenant too, from gateway spans (only tenants with min_events)
+
+    @field_validator("signals")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        from collector.drift.engine import SIGNALS
+
+        unknown = sorted(set(v) - set(SIGNALS))
+        if unknown:
+            raise ValueError(f"unknown signal(s) {', '.join(unknown)} (known: {', '.join(SIGNALS)})")
+        return v
+
+
 class Settings(_Strict):
     data_dir: str = "./data"
     database_url: str | None = None
@@ -275,6 +311,7 @@ class Settings(_Strict):
     deployments: list[DeploymentConfig] = Field(default_factory=list)
     gpus: dict[str, GpuSpecConfig] = Field(default_factory=dict, description="GPU types added to the table")
     cost: CostConfig = CostConfig()
+    drift: DriftConfig = DriftConfig()
 
     @field_validator("windows")
     @classmethod

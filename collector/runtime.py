@@ -34,6 +34,7 @@ from collector.cost.allocation import (
 from collector.cost.capacity import CAPACITY_METRICS, Capacity, capacity_report
 from collector.cost.inventory import Inventory
 from collector.cost.slo import CostOf
+from collector.drift.monitor import DriftMonitor
 from collector.fleetmap import FleetMap
 from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, period_start
 from collector.slo.alerts import AlertBook, deliver
@@ -44,6 +45,7 @@ from collector.slo.incidents import (
     Wanted,
     cache_alerts,
     cache_alerts_from,
+    drift_alerts,
     memory_alerts,
     target_alerts,
 )
@@ -121,6 +123,17 @@ class Runtime:
         # the cost-ceiling SLI prices slices with the inventory; without one it has no data
         self.cost_of: CostOf | None = self._slice_costs if self.inventory else None
         self.cost_meter = CostMeter()
+        self.drift = (
+            DriftMonitor(
+                settings.drift,
+                lambda lo, hi, metrics: self.store.read_rows(lo, hi, metrics=metrics),
+                lambda lo, hi: read_requests(self.store, lo, hi),
+                self.business_type_of,
+                settings.traces.top_tenants,
+            )
+            if settings.drift.enabled
+            else None
+        )
         self.memory_high_since: dict[str, float] = {}  # deployment -> when its memory went above the threshold
         self.slo_metrics = tuple(sorted({*SLO_METRICS, *COST_METRICS})) if self.inventory else SLO_METRICS
         # SLO events kept incrementally as scrapes and spans commit (collector/slo/ledger.py)
@@ -218,6 +231,8 @@ class Runtime:
         else:
             statuses, incidents = self._evaluate_from_store(self.rules, now_unix)
         incidents |= target_alerts(self.rules, self.target_health(), now_unix)
+        if self.drift is not None:
+            incidents |= drift_alerts(self.rules, self.drift.latest, self.settings.drift.severity)
         incidents |= memory_alerts(self.rules, self.memory_readings(now_unix), self.memory_high_since, now_unix)
         self.alerts.apply(self.rules, statuses, now_unix, incidents=incidents)
         self.slo_statuses = statuses

@@ -31,6 +31,14 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
         id="derive",
         next_run_time=now + timedelta(seconds=1),
     )
+    if runtime.drift is not None:
+        scheduler.add_job(
+            runtime.tracked(_drift),
+            IntervalTrigger(seconds=runtime.settings.derive_interval),
+            args=[runtime],
+            id="drift",
+            next_run_time=now + timedelta(seconds=3),
+        )
     if runtime.rules is not None:
         scheduler.add_job(
             runtime.tracked(_evaluate),
@@ -54,6 +62,14 @@ async def _derive(runtime: Runtime) -> None:
         await asyncio.to_thread(runtime.refresh_snapshot, runtime.now())
     except Exception:
         log.exception("refreshing derived metrics failed; the previous snapshot stays in place")
+
+
+async def _drift(runtime: Runtime) -> None:
+    assert runtime.drift is not None
+    try:
+        await asyncio.to_thread(runtime.drift.evaluate, runtime.now())
+    except Exception:
+        log.exception("drift evaluation failed; the previous findings stay in place")
 
 
 async def _evaluate(runtime: Runtime) -> None:

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from collector.drift.engine import Finding
 from collector.rollup import MINUTE_SECONDS, Row, period_start
 from collector.slo.spec import SloRules
 from collector.sources.vllm import Kind
@@ -213,4 +214,25 @@ def memory_alerts(
         )
     for gone in set(high_since) - seen:
         del high_since[gone]
+    return out
+
+
+def drift_alerts(rules: SloRules, findings: Iterable[Finding], severity: str) -> Wanted:
+    """A ticket (drift.severity) per business type (or tenant) and signal that drifted beyond
+    its threshold in the last drift pass; resolved when the current window is back inside it."""
+    if severity == "none":
+        return {}
+    out: Wanted = {}
+    for f in findings:
+        if not f.drifted:
+            continue
+        labels = {"severity": severity, "business_type": f.business_type, "signal": f.signal}
+        if f.tenant:
+            labels["tenant"] = f.tenant
+        out |= _instance(
+            rules,
+            "LLMSLOWorkloadDrift",
+            labels,
+            {"summary": f"{f.business_type}: {f.signal.replace('_', ' ')} drifted", "description": f.summary},
+        )
     return out

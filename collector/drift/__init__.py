@@ -1,0 +1,1 @@
+"""Workload drift: what changed in the traffic, how much, and whether it matters."""
