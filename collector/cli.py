@@ -1,5 +1,5 @@
-"""The `llmslo` command: serve, demo, simulate, cost, capacity, check-config, check, generate, db,
-inspect, example-target."""
+"""The `llmslo` command: serve, demo, simulate, cost, capacity, drift, check-config, check, generate,
+db, inspect, example-target."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
-def _offline_runtime(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _offline_runtime(args: argparse.Namespace, inventory: bool = True):  # type: ignore[no-untyped-def]
     """A Runtime over the configured database, for commands that only read it (nothing is
     scraped); None after printing what is wrong."""
     from collector.runtime import Runtime
@@ -113,7 +113,7 @@ def _offline_runtime(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     settings = _load_or_report(args)
     if settings is None:
         return None
-    if not settings.deployments:
+    if inventory and not settings.deployments:
         print("config: no `deployments:` (GPU type and price per deployment): nothing to cost", file=sys.stderr)
         return None
     return Runtime(settings)
@@ -275,6 +275,49 @@ def cmd_capacity(args: argparse.Namespace) -> int:
             trend = f"weekly peak {t.latest:.3g}, {t.slope_per_week:+.3g}/week"
             print(f"{c.deployment}: {name} {trend}, reaches {t.limit:g}: {when}")
     return 0
+
+
+def cmd_drift(args: argparse.Namespace) -> int:
+    """Drift of every signal at a time (default now) from the stored rollups (as /api/v1/drift)."""
+    from datetime import datetime
+
+    from collector.api.schemas import drift_out
+
+    rt = _offline_runtime(args, inventory=False)
+    if rt is None:
+        return 2
+    if rt.drift is None:
+        print("config: drift.enabled is false", file=sys.stderr)
+        return 2
+    try:
+        at = time.time() if args.at is None else datetime.fromisoformat(args.at).timestamp()
+    except ValueError as exc:
+        print(f"drift: --at: {exc}", file=sys.stderr)
+        return 2
+    try:
+        found = rt.drift.evaluate(at)
+    finally:
+        rt.store.close()
+    if args.json:
+        print(json.dumps([drift_out(f).model_dump() for f in found], indent=2))
+        return 0
+    if not found:
+        print(f"nothing to judge: no business type had {rt.settings.drift.min_events} requests in the window")
+        return 0
+    rows = [
+        [
+            f.business_type + (f" / {f.tenant}" if f.tenant else ""), f.signal, f"{f.distances.psi:.3f}",
+            f"{f.threshold.psi:.3f}" + ("" if f.threshold.calibrated else "*"), f"{f.distances.js:.3f}",
+            f"{f.events:,.0f}", "DRIFT" if f.drifted else "ok",
+        ]
+        for f in found
+    ]  # fmt: skip
+    print(_table(["business type", "signal", "PSI", "threshold", "JS", "requests", ""], rows))
+    print("* the default threshold: the reference has too few chunks to calibrate one")
+    for f in found:
+        if f.drifted:
+            print(f"\n{f.summary}")
+    return 1 if args.fail_on_drift and any(f.drifted for f in found) else 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -577,6 +620,12 @@ def build_parser() -> argparse.ArgumentParser:
             )
         p.add_argument("--json", action="store_true", help="the API's JSON instead of tables")
         p.set_defaults(func=func)
+
+    p = with_config(sub.add_parser("drift", help="workload drift per business type and signal, from the database"))
+    p.add_argument("--at", help="judge the window ending at this ISO 8601 time (default: now)")
+    p.add_argument("--json", action="store_true", help="the API's JSON instead of a table")
+    p.add_argument("--fail-on-drift", action="store_true", help="exit 1 when any signal drifted (for scripts)")
+    p.set_defaults(func=cmd_drift)
 
     p = sub.add_parser("check", help="validate SLO rules and print every problem")
     p.add_argument("rules", nargs="?", default="rules")

@@ -150,3 +150,8 @@ COST_ALLOCATED_USD: Final = PREFIX + "cost_allocated_usd"  # counter: exposed wi
 COST_BUSY_USD: Final = PREFIX + "cost_busy_usd"
 COST_ATTRIBUTED_USD: Final = PREFIX + "cost_attributed_usd"
 COST_GPU_HOUR_USD: Final = PREFIX + "cost_gpu_hour_usd"
+
+# workload drift (collector/drift)
+DRIFT_STATISTIC: Final = PREFIX + "drift_statistic"
+DRIFT_THRESHOLD: Final = PREFIX + "drift_threshold_psi"
+DRIFT_DETECTED: Final = PREFIX + "drift_detected"

@@ -21,6 +21,7 @@ from collector.api.metrics import build_registry
 from collector.api.schemas import (
     CapacityResponse,
     CostResponse,
+    DriftResponse,
     RequestSummaryResponse,
     ServingResponse,
     SlosResponse,
@@ -28,6 +29,7 @@ from collector.api.schemas import (
     alert_out,
     capacity_out,
     cost_out,
+    drift_out,
     engine_breakdown,
     report_out,
     slo_out,
@@ -304,6 +306,36 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         start, end = window_bounds(rt.now(), seconds)
         report = await asyncio.to_thread(rt.capacity, start, end)
         return capacity_out(start, end, report)
+
+    @app.get("/api/v1/drift", response_model=DriftResponse, tags=["drift"])
+    async def drift(
+        rt: RuntimeDep,
+        business_type: str | None = None,
+        signal: str | None = None,
+        tenant: str | None = None,
+        drifted: bool | None = None,
+    ) -> DriftResponse:
+        """The last drift pass: each signal of each business type (and busy tenant) against its
+        reference, with the statistics, the threshold in force and a one-line explanation."""
+        cfg = rt.settings.drift
+        monitor = rt.drift
+        ref = monitor.reference if monitor is not None else None
+        latest = monitor.latest if monitor is not None else []
+        return DriftResponse(
+            evaluated_unix=monitor.evaluated_unix if monitor is not None else None,
+            window=format_duration(cfg.window),
+            reference=cfg.reference,
+            reference_start_unix=ref.start if ref is not None else None,
+            reference_end_unix=ref.end if ref is not None else None,
+            findings=[
+                drift_out(f)
+                for f in latest
+                if business_type in (None, f.business_type)
+                and signal in (None, f.signal)
+                and tenant in (None, f.tenant)
+                and drifted in (None, f.drifted)
+            ],
+        )
 
     @app.get("/api/v1/slos", response_model=SlosResponse, tags=["slo"])
     async def slos(rt: RuntimeDep, business_type: str | None = None) -> SlosResponse:

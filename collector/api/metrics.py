@@ -38,6 +38,31 @@ class LlmsloCollector(Collector):
         yield from self._slos()
         yield from self._traces()
         yield from self._cost()
+        yield from self._drift()
+
+    def _drift(self) -> Iterator[Metric]:
+        monitor = self.runtime.drift
+        if monitor is None:
+            return
+        labels = ["business_type", "tenant", "signal"]
+        stats = GaugeMetricFamily(
+            conv.DRIFT_STATISTIC,
+            "Distance of the current window from the reference (statistic: psi, js, ks, wasserstein).",
+            labels=[*labels, "statistic"],
+        )
+        threshold = GaugeMetricFamily(
+            conv.DRIFT_THRESHOLD, "PSI above which the signal is reported as drifted.", labels=[*labels, "calibrated"]
+        )
+        drifted = GaugeMetricFamily(conv.DRIFT_DETECTED, "1 while the signal is beyond its threshold.", labels=labels)
+        for f in monitor.latest:
+            key = [f.business_type, f.tenant, f.signal]
+            for name in ("psi", "js", "ks", "wasserstein"):
+                value = f.distances.get(name)
+                if value is not None:
+                    stats.add_metric([*key, name], value)
+            threshold.add_metric([*key, "true" if f.threshold.calibrated else "false"], f.threshold.psi)
+            drifted.add_metric(key, 1.0 if f.drifted else 0.0)
+        yield from (stats, threshold, drifted)
 
     def _cost(self) -> Iterator[Metric]:
         rt = self.runtime

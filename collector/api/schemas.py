@@ -17,6 +17,7 @@ from collector.cost.allocation import CostReport
 from collector.cost.allocation import Line as CostLineData
 from collector.cost.capacity import Capacity
 from collector.cost.formulas import GIB, MemoryFit
+from collector.drift.engine import Finding
 from collector.fleetmap import FleetMap
 from collector.slo.alerts import AlertInstance
 from collector.slo.evaluate import SloStatus, WindowSli, burn
@@ -654,4 +655,54 @@ def capacity_out(start: int, end: int, report: list[Capacity]) -> CapacityRespon
             )
             for c in report
         ],
+    )
+
+
+# --- drift ----------------------------------------------------------------------------------------
+
+
+class DriftFindingOut(BaseModel):
+    business_type: str
+    tenant: str | None  # null: all traffic of the business type (engine metrics)
+    signal: str
+    drifted: bool
+    summary: str  # what moved, by how much, since when
+    psi: float
+    js_distance: float
+    ks: float | None  # histograms only (binned: a lower bound of the exact KS)
+    wasserstein_normed: float | None  # on log values, over the reference's standard deviation
+    threshold_psi: float
+    threshold_calibrated: bool  # mean + 3 sigma over the reference's chunks, else the default 0.25
+    reference_chunks: int
+    events: float  # requests in the current window
+    reference_events: float
+    started_unix: int | None
+
+
+class DriftResponse(BaseModel):
+    evaluated_unix: float | None  # null: no drift pass yet
+    window: str
+    reference: str  # trailing | hour_of_week
+    reference_start_unix: int | None
+    reference_end_unix: int | None
+    findings: list[DriftFindingOut]
+
+
+def drift_out(f: Finding) -> DriftFindingOut:
+    return DriftFindingOut(
+        business_type=f.business_type,
+        tenant=f.tenant or None,
+        signal=f.signal,
+        drifted=f.drifted,
+        summary=f.summary,
+        psi=f.distances.psi,
+        js_distance=f.distances.js,
+        ks=f.distances.ks,
+        wasserstein_normed=f.distances.wasserstein,
+        threshold_psi=f.threshold.psi,
+        threshold_calibrated=f.threshold.calibrated,
+        reference_chunks=f.threshold.chunks,
+        events=f.events,
+        reference_events=f.reference_events,
+        started_unix=f.started_unix,
     )

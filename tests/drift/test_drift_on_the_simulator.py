@@ -5,7 +5,12 @@ rate is measured and printed); a quiet business type is never judged."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
+
+import yaml
 
 from collector.config import Settings
 from collector.drift.engine import Finding
@@ -109,6 +114,17 @@ def test_a_prompt_length_shift_is_reported_within_two_minutes_with_its_explanati
     p50 = finding.summary.split("(×")[1].split(")")[0]
     assert 2.5 <= float(p50) <= 4.5
     assert finding.started_unix is not None and abs(finding.started_unix - (t0 + SHIFT_AT)) <= 120
+    # the same from the command line, on the database the collector wrote
+    config = tmp_path / "llmslo.yaml"
+    config.write_text(yaml.safe_dump(rt.settings.model_dump(include={"data_dir", "targets", "drift"}, mode="json")))
+    at = datetime.fromtimestamp(when - 0.5, UTC).isoformat()
+    cli = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "drift", "--config", str(config), "--at", at, "--fail-on-drift"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert cli.returncode == 1, cli.stderr
+    # (the stored minute holding --at is read whole: the figures include its later seconds)
+    assert "DRIFT" in cli.stdout and "\nchat prompt length p50 189 tokens → " in cli.stdout
     # batch traffic (3 %) stays under min_events in 5 minutes: never judged
     assert not any(f.business_type == "batch" for _, out in passes for f in out)
     # the alert, through llmslo's evaluator
@@ -123,7 +139,7 @@ def test_a_prompt_length_shift_is_reported_within_two_minutes_with_its_explanati
 
 def test_a_prefix_cache_collapse_is_reported(tmp_path: Path) -> None:
     collapse = f"{{kind: prefix_cache_collapse, start: {SHIFT_AT}s, duration: 10m, target: chat}}"
-    rt, t0, passes = run(tmp_path, collapse, 33, system=400)  # shared system prompts: hits
+    _rt, t0, passes = run(tmp_path, collapse, 33, system=400)  # shared system prompts: hits
     reported = [
         (now, f) for now, out in passes for f in out if f.business_type == "chat" and f.signal == "prefix_cache"
         and f.drifted
