@@ -320,6 +320,39 @@ def cmd_drift(args: argparse.Namespace) -> int:
     return 1 if args.fail_on_drift and any(f.drifted for f in found) else 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """A deployment gate: exit 0 promote, 1 rollback, 3 hold (not enough data or inconclusive)."""
+    from datetime import datetime
+
+    from collector.api.schemas import compare_out
+    from collector.config import parse_duration
+    from collector.drift.compare import Selector, SelectorError
+
+    try:
+        base, cand = Selector.parse(args.baseline), Selector.parse(args.candidate)
+        window = parse_duration(args.window)
+        at = time.time() if args.at is None else datetime.fromisoformat(args.at).timestamp()
+    except (SelectorError, ValueError) as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
+    rt = _offline_runtime(args, inventory=False)
+    if rt is None:
+        return 2
+    try:
+        out = compare_out(rt.compare(base, cand, window, at))
+    finally:
+        rt.store.close()
+    if args.json:
+        print(out.model_dump_json(indent=2))
+    else:
+        print(f"{out.candidate} vs {out.baseline} over {out.window}: {out.candidate_requests:,.0f} vs "
+              f"{out.baseline_requests:,.0f} requests")  # fmt: skip
+        for m in out.metrics:
+            print(f"  {m.verdict:8} {m.text}")
+        print(out.reason)
+    return {"promote": 0, "rollback": 1}.get(out.verdict, 3)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Validate SLO rules: every problem with file, line and key path; warnings for thresholds
     that only traces can measure exactly."""
@@ -626,6 +659,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="the API's JSON instead of a table")
     p.add_argument("--fail-on-drift", action="store_true", help="exit 1 when any signal drifted (for scripts)")
     p.set_defaults(func=cmd_drift)
+
+    p = with_config(
+        sub.add_parser(
+            "compare",
+            help="canary gate: candidate vs baseline (exit 0 promote, 1 rollback, 3 hold)",
+            epilog="example: llmslo compare --baseline model=llama-3.1-8b --candidate model=llama-3.1-8b-v2",
+        )
+    )
+    p.add_argument("--baseline", required=True, help="target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE")
+    p.add_argument("--candidate", required=True, help="the same forms as --baseline")
+    p.add_argument("--window", default="30m", help="the last this long (default 30m)")
+    p.add_argument("--at", help="the window ends at this ISO 8601 time (default: now)")
+    p.add_argument("--json", action="store_true", help="the API's JSON report")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("check", help="validate SLO rules and print every problem")
     p.add_argument("rules", nargs="?", default="rules")

@@ -34,6 +34,7 @@ from collector.cost.allocation import (
 from collector.cost.capacity import CAPACITY_METRICS, Capacity, capacity_report
 from collector.cost.inventory import Inventory
 from collector.cost.slo import CostOf
+from collector.drift.compare import COMPARE_METRICS, Comparison, Selector, collect, compare_sides
 from collector.drift.monitor import DriftMonitor
 from collector.fleetmap import FleetMap
 from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, period_start
@@ -446,6 +447,27 @@ class Runtime:
             self.business_type_of,
             kv_limit=(th.kv_cache_usage if th and th.kv_cache_usage else 0.95),
             queue_limit=(th.queue_waiting if th and th.queue_waiting else 10.0),
+        )
+
+    def compare(self, baseline: Selector, candidate: Selector, window_seconds: float, now_unix: float) -> Comparison:
+        """Candidate against baseline over the window ending now (blocking: reads the store)."""
+        start, end = window_bounds(now_unix, window_seconds)
+        rows = self.store.read_rows(start, end, metrics=COMPARE_METRICS)
+
+        def chooser(sel: Selector) -> Callable[[str, str], bool]:
+            def choose(target: str, model: str) -> bool:
+                cfg = self.targets.get(target)
+                labels = cfg.labels if cfg is not None else {}
+                d = self.inventory.deployment_of(target)
+                return sel.matches(target, model, labels, d.name if d else None)
+
+            return choose
+
+        return compare_sides(
+            collect(rows, chooser(baseline)),
+            collect(rows, chooser(candidate)),
+            (baseline.text, candidate.text),
+            window_seconds,
         )
 
     def cost_lines(self, report: CostReport, group_by: str) -> dict[str, Line]:

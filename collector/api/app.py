@@ -20,6 +20,7 @@ from collector.api.embedded import EmbeddedServer
 from collector.api.metrics import build_registry
 from collector.api.schemas import (
     CapacityResponse,
+    CompareResponse,
     CostResponse,
     DriftResponse,
     RequestSummaryResponse,
@@ -28,6 +29,7 @@ from collector.api.schemas import (
     TargetsResponse,
     alert_out,
     capacity_out,
+    compare_out,
     cost_out,
     drift_out,
     engine_breakdown,
@@ -37,6 +39,7 @@ from collector.api.schemas import (
     target_out,
 )
 from collector.config import Settings, format_duration, parse_duration
+from collector.drift.compare import Selector, SelectorError
 from collector.runtime import Runtime, window_bounds
 from collector.scheduler import build_scheduler
 from collector.traces.grpc_server import start_grpc
@@ -336,6 +339,22 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
                 and drifted in (None, f.drifted)
             ],
         )
+
+    @app.get("/api/v1/compare", response_model=CompareResponse, tags=["drift"])
+    async def compare(
+        rt: RuntimeDep,
+        baseline: Annotated[str, Query(description="target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE")],
+        candidate: Annotated[str, Query(description="the same forms as baseline")],
+        window: WindowQuery = "30m",
+    ) -> CompareResponse:
+        """Candidate against baseline over the window: each metric's change with its 95 % interval,
+        a verdict per metric and overall (promote, hold, rollback)."""
+        try:
+            base, cand = Selector.parse(baseline), Selector.parse(candidate)
+        except SelectorError as exc:
+            raise HTTPException(422, str(exc)) from None
+        result = await asyncio.to_thread(rt.compare, base, cand, window_seconds(window), rt.now())
+        return compare_out(result)
 
     @app.get("/api/v1/slos", response_model=SlosResponse, tags=["slo"])
     async def slos(rt: RuntimeDep, business_type: str | None = None) -> SlosResponse:

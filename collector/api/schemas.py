@@ -17,6 +17,7 @@ from collector.cost.allocation import CostReport
 from collector.cost.allocation import Line as CostLineData
 from collector.cost.capacity import Capacity
 from collector.cost.formulas import GIB, MemoryFit
+from collector.drift.compare import Comparison
 from collector.drift.engine import Finding
 from collector.fleetmap import FleetMap
 from collector.slo.alerts import AlertInstance
@@ -705,4 +706,58 @@ def drift_out(f: Finding) -> DriftFindingOut:
         events=f.events,
         reference_events=f.reference_events,
         started_unix=f.started_unix,
+    )
+
+
+# --- compare --------------------------------------------------------------------------------------
+
+
+class CompareMetric(BaseModel):
+    name: str  # ttft_p95, error_ratio, prompt_length_psi, ...
+    baseline: float | None
+    candidate: float | None
+    change: float | None  # relative for latencies and throughput, absolute for ratios
+    ci_low: float | None  # 95 % bootstrap interval of `change`
+    ci_high: float | None
+    tolerance: float | None  # null: reported, does not gate
+    verdict: str  # pass | hold | rollback | info
+    p_value: float | None  # Mann-Whitney U on the bucketed latencies
+    text: str
+
+
+class CompareResponse(BaseModel):
+    baseline: str
+    candidate: str
+    window: str
+    baseline_requests: float
+    candidate_requests: float
+    verdict: str  # promote | hold | rollback
+    reason: str
+    metrics: list[CompareMetric]
+
+
+def compare_out(c: Comparison) -> CompareResponse:
+    return CompareResponse(
+        baseline=c.baseline,
+        candidate=c.candidate,
+        window=format_duration(c.window_seconds),
+        baseline_requests=c.baseline_requests,
+        candidate_requests=c.candidate_requests,
+        verdict=c.verdict,
+        reason=c.reason,
+        metrics=[
+            CompareMetric(
+                name=m.name,
+                baseline=m.baseline,
+                candidate=m.candidate,
+                change=m.change,
+                ci_low=m.ci[0] if m.ci else None,
+                ci_high=m.ci[1] if m.ci else None,
+                tolerance=m.tolerance,
+                verdict=m.verdict,
+                p_value=m.p_value,
+                text=m.text,
+            )
+            for m in c.metrics
+        ],
     )

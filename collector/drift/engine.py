@@ -23,7 +23,6 @@ window's rows, so a pass costs the same whatever the reference length.
 
 from __future__ import annotations
 
-import itertools
 import statistics
 import time
 from collections import defaultdict
@@ -31,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from collector.analytics.percentiles import histogram_quantile
-from collector.drift.stats import Distances, common_bounds, distances, rebin
+from collector.drift.stats import Distances, common_bounds, decumulate, distances, rebin
 from collector.rollup import MINUTE_SECONDS, Row, period_start
 from collector.sources.vllm import Kind
 from collector.traces.rollup import LENGTH_BOUNDS, RequestCell, RequestKey
@@ -102,8 +101,7 @@ def engine_minutes(rows: Iterable[Row], place: Callable[[str, str], str | None])
         if ident.kind is Kind.HISTOGRAM and cell.buckets is not None:
             for signal, (m, _unit) in HIST_SIGNALS.items():
                 if m == metric:
-                    cum = cell.buckets
-                    counts = [cum[0], *(b - a for a, b in itertools.pairwise(cum))]
+                    counts = decumulate(cell.buckets)
                     pop = signals.setdefault(signal, Population())
                     pop.add(Population(hist={ident.bounds: counts}, total=cell.sum, events=cell.value))
         elif ident.kind is Kind.COUNTER and cell.value > 0:

@@ -29,6 +29,11 @@ from scipy.stats import wasserstein_distance
 EPSILON = 1e-4
 
 
+def decumulate(cumulative: Sequence[float]) -> list[float]:
+    """Per-bucket counts from cumulative ones (the last is +Inf)."""
+    return [cumulative[0], *(b - a for a, b in itertools.pairwise(cumulative))] if cumulative else []
+
+
 def shares(counts: Sequence[float]) -> list[float]:
     """Counts to shares, empty bins filled with EPSILON (Evidently's smoothing), renormalised."""
     total = sum(counts)

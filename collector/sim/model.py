@@ -52,6 +52,7 @@ class DeploymentSpec:
     prefill_tokens_per_second: float = 8000.0
     decode_seconds_per_token: float = 0.012
     decode_batch_slope: float = 0.02  # decode step time grows by this fraction per running request
+    traffic_share: float | None = None  # a canary's share of its business types' requests
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -303,6 +304,10 @@ class Fleet:
         """A request reaches the gateway at `t`; it is routed to the least-loaded available replica."""
         self.requests[req.id] = req
         candidates = [self.replicas[replica]] if replica else self.by_business.get(req.business_type, [])
+        canary = [r for r in candidates if r.deployment.traffic_share is not None]
+        if canary and len(canary) < len(candidates):  # a canary's share, the rest to the others
+            chosen = self.rng.random() < (canary[0].deployment.traffic_share or 0.0)
+            candidates = canary if chosen else [r for r in candidates if r.deployment.traffic_share is None]
         live = [r for r in candidates if self.replica_available(r, t)]
         if not live:
             self._fail(req, t, "connection_refused")

@@ -60,6 +60,9 @@ class DeploymentIn(_Strict):
     prefill_tokens_per_second: float = Field(8000.0, gt=0)
     decode_seconds_per_token: float = Field(0.012, gt=0)
     decode_batch_slope: float = Field(0.02, ge=0)
+    # a canary: this share of its business types' requests goes to this deployment, the rest to
+    # the others (unset: least-loaded routing over every replica of the business type)
+    traffic_share: float | None = Field(None, gt=0, lt=1)
 
 
 class IncidentIn(_Strict):
@@ -157,6 +160,7 @@ class Scenario:
                 prefill_tokens_per_second=d.prefill_tokens_per_second,
                 decode_seconds_per_token=d.decode_seconds_per_token,
                 decode_batch_slope=d.decode_batch_slope,
+                traffic_share=d.traffic_share,
             )
             for d in spec.deployments
         ]
