@@ -1,31 +1,39 @@
 """`llmslo simulate --fast` into a database, then `llmslo cost` and `llmslo capacity` on it with
 an inventory, as a user runs them: the totals reconcile to the configured spend to the cent, the
-requests' costs add up to the busy cost, and the tables print."""
+requests' costs add up to the busy cost, and the tables print.
+
+Six simulated hours by default; the simulated week of the cost issue is the same test with
+LLMSLO_COST_SIM=7d LLMSLO_COST_SIM_INTERVAL=1m (about 4 minutes here)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from collector.config import parse_duration
 from collector.sim.scenario import load_scenario
 
 LLMSLO = [sys.executable, "-m", "collector.cli"]
+DURATION = os.environ.get("LLMSLO_COST_SIM", "6h")
+INTERVAL = os.environ.get("LLMSLO_COST_SIM_INTERVAL", "15s")
+HOURS = parse_duration(DURATION) / 3600
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*LLMSLO, *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return subprocess.run([*LLMSLO, *args], capture_output=True, text=True, timeout=1800, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     tmp = tmp_path_factory.mktemp("cli")
     db = f"sqlite:///{tmp / 'sim.db'}"
-    done = run("simulate", "--fast", "6h", "--database", db)
+    done = run("simulate", "--fast", DURATION, "--scrape-interval", INTERVAL, "--database", db)
     assert done.returncode == 0, done.stderr
     scenario = load_scenario("healthy")
     config = tmp / "llmslo.yaml"
@@ -51,17 +59,17 @@ deployments:
 
 def test_cost_reconciles_over_the_simulated_run(simulated: tuple[Path, int]) -> None:
     config, t0 = simulated
-    window = ["--start", str(t0), "--end", str(t0 + 6 * 3600)]
+    window = ["--start", str(t0), "--end", str(int(t0 + HOURS * 3600))]
     done = run("cost", "--config", str(config), *window, "--group-by", "deployment", "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     by_name = {d["name"]: d for d in out["deployments"]}
     # configured replicas: the bill, to the cent
-    assert round(by_name["chat"]["allocated_usd"], 2) == round(0.80 * 2 * 6, 2)
-    assert round(by_name["batch"]["allocated_usd"], 2) == round(98.32 / 8 * 6, 2)
+    assert round(by_name["chat"]["allocated_usd"], 2) == round(0.80 * 2 * HOURS, 2)
+    assert round(by_name["batch"]["allocated_usd"], 2) == round(98.32 / 8 * HOURS, 2)
     # counted: the hours support-0 was scraped, plus $73/month = $0.10/h of fixed cost
     support = by_name["support"]
-    assert support["allocated_usd"] == pytest.approx(0.80 * support["replica_hours"] + 0.10 * 6)
+    assert support["allocated_usd"] == pytest.approx(0.80 * support["replica_hours"] + 0.10 * HOURS)
     assert out["attributed_usd"] + sum(d["unshared_idle_usd"] for d in out["deployments"]) == pytest.approx(
         out["allocated_usd"], abs=0.005
     )
@@ -76,12 +84,12 @@ def test_cost_reconciles_over_the_simulated_run(simulated: tuple[Path, int]) -> 
 
 def test_capacity_command(simulated: tuple[Path, int]) -> None:
     config, t0 = simulated
-    done = run("capacity", "--config", str(config), "--start", str(t0), "--end", str(t0 + 6 * 3600), "--json")
+    done = run("capacity", "--config", str(config), "--start", str(t0), "--end", str(int(t0 + HOURS * 3600)), "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert {c["deployment"] for c in out["deployments"]} == {"chat", "support", "code", "batch"}
     assert all(c["peak_tokens_per_second_at_slo"] for c in out["deployments"])
-    table = run("capacity", "--config", str(config), "--start", str(t0), "--end", str(t0 + 6 * 3600))
+    table = run("capacity", "--config", str(config), "--start", str(t0), "--end", str(int(t0 + HOURS * 3600)))
     assert table.returncode == 0 and "replicas needed" in table.stdout
 
 
