@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from collector.analytics.percentiles import histogram_quantile
-from collector.drift.stats import Distances, common_bounds, decumulate, distances, rebin
+from collector.drift.stats import Distances, common_bounds, decumulate, distances, psi, rebin
 from collector.rollup import MINUTE_SECONDS, Row, period_start
 from collector.sources.vllm import Kind
 from collector.traces.rollup import LENGTH_BOUNDS, RequestCell, RequestKey
@@ -186,9 +186,9 @@ def calibrate(ref: Population, chunks: Sequence[Population], min_events: float) 
     for chunk in chunks:
         if chunk.events < min_events:
             continue
-        d = compare(ref, chunk)
-        if d is not None:
-            values.append(d.psi)
+        a = aligned(ref, chunk)  # only the PSI gates: the other distances are not computed here
+        if a is not None and sum(a[0]) > 0 and sum(a[1]) > 0:
+            values.append(psi(a[0], a[1]))
     if len(values) < MIN_CHUNKS:
         return Threshold(DEFAULT_PSI, False, len(values))
     mean, std = statistics.fmean(values), statistics.pstdev(values)

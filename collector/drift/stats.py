@@ -23,6 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import wasserstein_distance
 
@@ -50,7 +51,11 @@ def psi(ref: Sequence[float], cur: Sequence[float]) -> float:
 
 
 def js_distance(ref: Sequence[float], cur: Sequence[float]) -> float:
-    return float(jensenshannon(list(ref), list(cur), base=2))
+    # identical distributions can leave a rounding residue just below 0 under scipy's square
+    # root (NaN and a RuntimeWarning): that is a distance of 0
+    with np.errstate(invalid="ignore"):
+        value = float(jensenshannon(list(ref), list(cur), base=2))
+    return 0.0 if math.isnan(value) else value
 
 
 def ks_binned(ref: Sequence[float], cur: Sequence[float]) -> float:

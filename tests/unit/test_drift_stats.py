@@ -43,6 +43,9 @@ def test_js_distance_base_2() -> None:
 
     assert js_distance(REF, CUR) == pytest.approx(math.sqrt((kl(p, m) + kl(q, m)) / 2))
     assert js_distance([1, 0], [0, 1]) == pytest.approx(1.0)  # disjoint: the maximum, base 2
+    # the same shares from different counts: 0, never NaN from a rounding residue under the root
+    same = [157.57969625462138, 12.3, 0.0, 3.1]
+    assert js_distance(same, [x * 3.7 for x in same]) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_binned_ks_is_exact_when_the_samples_sit_on_the_bucket_bounds() -> None:

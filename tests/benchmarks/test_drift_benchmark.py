@@ -1,0 +1,109 @@
+"""Drift evaluation cost: ~100 signals (13 business types x 8 signals) over a fleet's stored
+history (LLMSLO_DRIFT_TARGETS targets, default 100, a day of minute rollups of every drift
+series), at 8 window lengths, through `DriftMonitor.evaluate` as the running collector calls it.
+
+Side by side in the same run: the reference rebuild (every `drift.refresh`, 10 minutes), the
+steady pass per window, and the plain read of the same window's rows that a pass builds on.
+
+Run: .venv/bin/python -m pytest tests/benchmarks/test_drift_benchmark.py -s
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from collector.config import Settings
+from collector.drift.engine import DRIFT_METRICS
+from collector.rollup import MINUTE_SECONDS, period_start
+from collector.runtime import Runtime
+from collector.sim.exposition import EngineMetrics, render
+from collector.store.repository import ROLLUP_KEYS, ROLLUP_VALUES, _cell_to_row, upsert
+from collector.store.tables import rollups
+
+pytestmark = pytest.mark.benchmark
+TYPES = 13
+WINDOWS = ("1m", "2m", "5m", "10m", "15m", "30m", "1h", "2h")
+
+
+def fill(rt: Runtime, hours: int, now: float) -> int:
+    rng = random.Random(2)
+    m = EngineMetrics(max_model_len=8192, created_unix=now - hours * 3600 - 120)
+    for _ in range(50):
+        m.hist["request_prompt_tokens"].observe(rng.lognormvariate(5.3, 0.5))
+        m.hist["request_generation_tokens"].observe(rng.lognormvariate(4.8, 0.5))
+    body = render("current", "m", m)
+    for scraper in rt.scrapers.values():
+        scraper.ingest(body, "text/plain", now - hours * 3600 - 60)
+    end = period_start(now) + MINUTE_SECONDS
+    written = 0
+    with rt.store.engine.begin() as conn:
+        for scraper in rt.scrapers.values():
+            series = [(i, sid) for i, sid in scraper.series_ids.items() if i.key.metric in DRIFT_METRICS]
+            template = {i: scraper.recent[-1].cells[i] for i, _ in series}
+            rows = []
+            for t in range(end - hours * 3600, end, MINUTE_SECONDS):
+                for ident, sid in series:
+                    cell = template[ident].copy()
+                    n = rng.uniform(20, 40)
+                    cell.value = n
+                    if cell.buckets is not None:
+                        k = len(cell.buckets)
+                        cell.buckets = [n * min(1.0, (i + 1) / (k * 0.6)) for i in range(k)]
+                        cell.sum = n * 200
+                    cell.observed_seconds = 60.0
+                    rows.append(_cell_to_row(sid, MINUTE_SECONDS, t, cell))
+                if len(rows) > 50_000:
+                    upsert(conn, rollups, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+                    written += len(rows)
+                    rows = []
+            upsert(conn, rollups, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+            written += len(rows)
+    return written
+
+
+def test_drift_evaluation_cost(tmp_path: Path) -> None:
+    n = int(os.environ.get("LLMSLO_DRIFT_TARGETS", "100"))
+    hours = 26  # the 24 h trailing reference and the windows after it
+    now = time.time()
+    base = {
+        "data_dir": str(tmp_path),
+        "targets": [
+            {"name": f"t{i}", "url": f"http://127.0.0.1:1/{i}", "business_type": f"type_{i % TYPES}"} for i in range(n)
+        ],
+        "business_types": [f"type_{i}" for i in range(TYPES)],
+    }
+    rt = Runtime(Settings.model_validate(base))
+    started = time.perf_counter()
+    rows = fill(rt, hours, now)
+    print(f"\n{n} targets, {rows:,} minute rollups written in {time.perf_counter() - started:.0f} s")
+    print(f"{'window':>7}{'read (baseline)':>17}{'pass':>9}{'ratio':>7}{'rebuild':>10}{'signals':>9}")
+    total_pass = total_read = 0.0
+    for window in WINDOWS:
+        settings = Settings.model_validate({**base, "drift": {"tenants": False, "window": window, "min_events": 20}})
+        monitor = Runtime(settings, rt.store).drift
+        assert monitor is not None
+        t0 = time.perf_counter()
+        found = monitor.evaluate(now)  # builds the reference
+        rebuild = time.perf_counter() - t0
+        passes, reads = [], []
+        for k in range(3):
+            t0 = time.perf_counter()
+            found = monitor.evaluate(now + 1 + k)
+            passes.append(time.perf_counter() - t0)
+            start = period_start(now) + MINUTE_SECONDS - int(settings.drift.window)
+            t0 = time.perf_counter()
+            rt.store.read_rows(start, start + int(settings.drift.window), metrics=DRIFT_METRICS)
+            reads.append(time.perf_counter() - t0)
+        p, r = statistics.median(passes), statistics.median(reads)
+        total_pass += p
+        total_read += r
+        assert len(found) >= TYPES * 6  # every business type's signals were judged
+        print(f"{window:>7}{r * 1000:>15.0f}ms{p * 1000:>7.0f}ms{p / r:>7.1f}{rebuild:>9.1f}s{len(found):>9}")
+    print(f"{'8 windows':>7}{total_read * 1000:>15.0f}ms{total_pass * 1000:>7.0f}ms{total_pass / total_read:>7.1f}")
+    rt.store.close()
