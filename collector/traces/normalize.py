@@ -166,6 +166,11 @@ def _str(attrs: dict[str, AttrValue], keys: tuple[str, ...], limit: int = MAX_AT
                 raise Rejected(f"attribute {key} is {len(v)} characters long (limit {limit})")
             if "\x00" in v:
                 raise Rejected(f"attribute {key} contains a NUL character")
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:  # a lone surrogate from a JSON "\udcff" escape
+                    raise Rejected(f"attribute {key} is not valid Unicode (a lone surrogate)") from None
             return v
     return None
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fastapi import Request, Response
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
 from collector.conventions import TRACE_STORE_BUCKETS
 from collector.histogram import Histogram
@@ -66,6 +67,7 @@ class TraceIngest:
             known |= {bt.name for bt in runtime.rules.business_types}
         self.guard = CardinalityGuard(known, cfg.max_tenants_per_minute, cfg.max_models_per_minute)
         self.warned_sources: set[str] = set()
+        self.warned_faults: set[str] = set()  # exception types of spans the normaliser did not foresee
         # resource keys read only for attribution: a resource with nothing else needs no merge
         self.source_only = frozenset(SOURCE_ATTRIBUTES) - {r.attribute for r in self.rules}
         self.wanted = wanted_attributes(self.rules)
@@ -120,8 +122,14 @@ class TraceIngest:
             self.in_flight -= 1
 
     async def export(self, transport: str, body: bytes, content_type: str | None, encoding: str | None) -> Outcome:
-        """Decode, normalise and durably store one export request (admitted, holding a slot)."""
-        return self.count(transport, await self._export(body, content_type, encoding))
+        """Decode, normalise and durably store one export request (admitted, holding a slot). A
+        fault of llmslo's own is answered 500 and counted like any other outcome, never raised."""
+        try:
+            outcome = await self._export(body, content_type, encoding)
+        except Exception:
+            log.exception("OTLP export failed inside llmslo (a bug: please report it); answered 500")
+            outcome = Outcome(500, "internal error in llmslo; nothing of this request was stored")
+        return self.count(transport, outcome)
 
     async def _export(self, body: bytes, content_type: str | None, encoding: str | None) -> Outcome:
         try:
@@ -157,6 +165,11 @@ class TraceIngest:
                     self._warn_unassigned(span)
             except Rejected as exc:
                 reasons[str(exc)] += 1
+            except Exception as exc:  # a span llmslo's normaliser did not foresee: reject it alone
+                reasons[f"not understood by llmslo ({type(exc).__name__})"] += 1
+                if type(exc).__name__ not in self.warned_faults:
+                    self.warned_faults.add(type(exc).__name__)
+                    log.exception("a span could not be normalised; it is rejected, the rest of its batch kept")
         self.guard.apply(records)
         try:
             targets = self.targets_of()
@@ -171,8 +184,23 @@ class TraceIngest:
                 new = await asyncio.to_thread(ingest, self.runtime.store, records, targets, sink)
                 self.store_seconds["worker"].observe(time.perf_counter() - started)
         except Exception as exc:
-            log.warning("trace batch not stored (%s): the client will retry", type(exc).__name__)
-            return Outcome(503, "store unavailable, retry later", retry_after=2)
+            if not _refused_by_data(exc):
+                log.warning("trace batch not stored (%s): the client will retry", type(exc).__name__)
+                return Outcome(503, "store unavailable, retry later", retry_after=2)
+            # the database refused something in the batch: store span by span, reject the rest
+            new = 0
+            kept = []
+            for record in records:
+                try:
+                    new += await asyncio.to_thread(ingest, self.runtime.store, [record], targets, sink)
+                    kept.append(record)
+                except Exception as one:
+                    if not _refused_by_data(one):
+                        log.warning("trace batch partly stored (%s): the client will retry", type(one).__name__)
+                        return Outcome(503, "store unavailable, retry later", retry_after=2)
+                    cause = one.orig if isinstance(one, DBAPIError) else one
+                    reasons[f"refused by the database ({type(cause).__name__})"] += 1
+            records = kept
         rejected = sum(reasons.values())
         self.spans["accepted"] += new
         self.spans["duplicate"] += len(records) - new
@@ -231,3 +259,13 @@ class TraceIngest:
             if len(body) > limit:
                 return Outcome(413, f"body exceeds the limit of {limit} bytes")
         return bytes(body)
+
+
+def _refused_by_data(exc: Exception) -> bool:
+    """The database (or its driver) refused a value, as opposed to being unreachable: retrying the
+    same batch would fail forever, so its spans are tried one by one. A data or constraint error,
+    or a value the driver cannot encode; anything else (connection lost, locked, a timeout) is
+    temporary: 503, the client retries."""
+    if isinstance(exc, DBAPIError):
+        return isinstance(exc, DataError | IntegrityError) and not exc.connection_invalidated
+    return isinstance(exc, ValueError | TypeError | OverflowError)

@@ -5,6 +5,7 @@ SQLite and on PostgreSQL, through the real app."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -122,3 +123,66 @@ def test_deeply_nested_json_is_a_400_not_a_500(app_client) -> None:  # type: ign
     resp, summary = app_client(("POST", "/v1/traces", nested, "application/json"), SUMMARY)
     assert resp.status_code == 400 and "nested too deeply" in resp.text
     assert summary.json()["requests"] == 0
+
+
+def test_invalid_unicode_is_refused_with_the_body_and_never_reaches_the_database(app_client) -> None:  # type: ignore[no-untyped-def]
+    # protobuf: the UTF-8 bytes of a lone surrogate (invalid UTF-8) as one span's tenant
+    proto = batch({"llmslo.tenant": "ZZZZ"}).replace(b"ZZZZ", b"\xed\xb3\xbfZ")
+    # JSON: a "\udcff" escape is valid JSON but not valid Unicode
+    spans = [
+        {"traceId": f"{i + 1:032x}", "spanId": f"{i + 1:016x}", "name": "chat m",
+         "startTimeUnixNano": str(NOW_NS), "endTimeUnixNano": str(NOW_NS + 500_000_000),
+         "attributes": [{"key": "llmslo.tenant", "value": {"stringValue": "SURROGATE" if i == 0 else "acme"}},
+                        {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                        {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "10"}}]}
+        for i in range(100)
+    ]  # fmt: skip
+    text = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).replace("SURROGATE", "t\\udcff")
+    p, j, summary = app_client(
+        ("POST", "/v1/traces", proto, PROTO), ("POST", "/v1/traces", text.encode(), "application/json"), SUMMARY
+    )
+    assert p.status_code == 400 and "bad UTF-8" in p.text
+    assert j.status_code == 400 and "surrogate" in j.text.lower()
+    assert summary.json()["requests"] == 0  # (and a 400 is not retried: the client hears why)
+
+
+def test_a_value_the_database_refuses_rejects_that_span_alone(app_client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # a refusal llmslo's validation did not foresee (here: the driver raising for one tenant)
+    import collector.traces.service as service
+
+    real = service.ingest
+
+    def refusing(store, records, targets, sink=None):  # type: ignore[no-untyped-def]
+        if any(r.tenant == "poison" for r in records):
+            raise ValueError("the driver cannot encode this value")
+        return real(store, records, targets, sink)
+
+    monkeypatch.setattr(service, "ingest_now", lambda *a, **k: None)  # the worker-thread path
+    monkeypatch.setattr(service, "ingest", refusing)
+    resp, summary = app_client(("POST", "/v1/traces", batch({"llmslo.tenant": "poison"}), PROTO), SUMMARY)
+    assert resp.status_code == 200, resp.text
+    partial = ExportTraceServiceResponse()
+    partial.ParseFromString(resp.content)
+    assert partial.partial_success.rejected_spans == 1
+    assert "refused by the database (ValueError)" in partial.partial_success.error_message
+    assert summary.json()["requests"] == 99
+
+
+def test_a_fault_inside_llmslo_is_a_counted_500(app_client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from collector.traces.cardinality import CardinalityGuard
+
+    def broken(self, records):  # type: ignore[no-untyped-def]
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(CardinalityGuard, "apply", broken)
+    resp, metrics = app_client(("POST", "/v1/traces", batch({}), PROTO), ("GET", "/metrics", b"", ""))
+    assert resp.status_code == 500 and "nothing of this request was stored" in resp.text
+    assert 'llmslo_trace_export_requests_total{status="500",transport="http"} 1.0' in metrics.text
+
+
+def test_the_normaliser_refuses_a_lone_surrogate_whatever_decoded_it() -> None:
+    from collector.traces.normalize import Rejected, _str
+
+    assert _str({"llmslo.tenant": "café"}, ("llmslo.tenant",)) == "café"
+    with pytest.raises(Rejected, match="lone surrogate"):
+        _str({"llmslo.tenant": "t\udcff"}, ("llmslo.tenant",))
