@@ -136,6 +136,9 @@ class ScrapeConfig(_Strict):
     # store, memory or /metrics hostage. 0 = no limit.
     sample_limit: int = Field(100_000, ge=0)
     model_limit: int = Field(256, ge=0)
+    # a kept label value (model_name, finished_reason) longer than this refuses the scrape, as
+    # Prometheus' label_value_length_limit: 512 is what the database keeps for a model name
+    label_value_length_limit: int = Field(512, ge=0, le=512)
 
 
 class RetentionConfig(_Strict):

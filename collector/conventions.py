@@ -49,6 +49,7 @@ REASON_PARSE: Final = "parse"
 REASON_STORE: Final = "store"
 REASON_SAMPLE_LIMIT: Final = "sample_limit"
 REASON_MODEL_LIMIT: Final = "model_limit"
+REASON_LABEL_LIMIT: Final = "label_limit"
 SCRAPE_ERROR_REASONS: Final = (
     REASON_TIMEOUT,
     REASON_CONNECT,
@@ -60,6 +61,7 @@ SCRAPE_ERROR_REASONS: Final = (
     REASON_STORE,
     REASON_SAMPLE_LIMIT,
     REASON_MODEL_LIMIT,
+    REASON_LABEL_LIMIT,
 )
 
 # Every interpolated quantile is published with the bucket it fell in:

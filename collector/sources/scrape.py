@@ -170,6 +170,7 @@ class TargetScraper:
             t.default_model,
             scrape.sample_limit if t.sample_limit is None else t.sample_limit,
             scrape.model_limit if t.model_limit is None else t.model_limit,
+            scrape.label_value_length_limit,
         )
 
     def _succeeded(self, snapshot: EngineSnapshot, now: float, started: float) -> None:

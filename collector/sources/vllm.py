@@ -245,6 +245,7 @@ def read_scrape(
     default_model: str = "unknown",
     sample_limit: int = 0,
     model_limit: int = 0,
+    label_value_length_limit: int = 0,
 ) -> EngineSnapshot:
     """Parse and normalize one scrape body of a vLLM server.
 
@@ -298,9 +299,18 @@ def read_scrape(
             builder.sum = value
         else:
             builder.count = value
-    if model_limit:
+    if model_limit or label_value_length_limit:
         models = {series.model for series, _rank, _engine in (*scalars, *hists)}  # one entry per series
-        if len(models) > model_limit:
+        if label_value_length_limit:
+            for series, _rank, _engine in (*scalars, *hists):
+                for lname, lvalue in ((_MODEL_LABEL, series.model), *series.labels):
+                    if len(lvalue) > label_value_length_limit:
+                        raise ExpositionError(
+                            "label_limit",
+                            f"{lname} value of {len(lvalue)} characters is longer than "
+                            f"scrape.label_value_length_limit {label_value_length_limit}; nothing stored",
+                        )
+        if model_limit and len(models) > model_limit:
             raise ExpositionError(
                 "model_limit",
                 f"{len(models)} distinct model_name values, more than scrape.model_limit {model_limit}; nothing stored",

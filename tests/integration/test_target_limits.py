@@ -25,6 +25,7 @@ def test_a_hostile_target_is_refused_whole_and_quickly_while_the_others_go_on(tm
         "/ok": Behaviour(vllm_body(lambda: 1)),
         "/hostile": Behaviour(lambda: hostile),
         "/many-models": Behaviour(lambda: many_models(300)),
+        "/long-name": Behaviour(lambda: many_models(1).replace(b"lora-000000", b"m" * 600)),
     }
     with target_server(routes) as srv:
         settings = Settings.model_validate(
@@ -36,6 +37,7 @@ def test_a_hostile_target_is_refused_whole_and_quickly_while_the_others_go_on(tm
                     {"name": "hostile", "url": srv.url("/hostile")},
                     {"name": "many-models", "url": srv.url("/many-models")},
                     {"name": "allowed", "url": srv.url("/many-models"), "model_limit": 1000},
+                    {"name": "long-name", "url": srv.url("/long-name")},
                 ],
             }
         )
@@ -54,8 +56,11 @@ def test_a_hostile_target_is_refused_whole_and_quickly_while_the_others_go_on(tm
     assert "more than 100000 samples" in (st["hostile"].last_error or "")
     assert st["many-models"].up is False and st["many-models"].last_error_reason == conv.REASON_MODEL_LIMIT
     assert "300 distinct model_name values" in (st["many-models"].last_error or "")
+    # a model name longer than the database keeps (PostgreSQL would refuse it on every scrape)
+    assert st["long-name"].up is False and st["long-name"].last_error_reason == conv.REASON_LABEL_LIMIT
+    assert "model_name value of 600 characters" in (st["long-name"].last_error or "")
     # nothing of a refused scrape is stored; the refusal is cheap
-    assert rt.store.target_names() == ["allowed", "hostile", "many-models", "ok"]
+    assert rt.store.target_names() == ["allowed", "hostile", "long-name", "many-models", "ok"]
     stored = {sc.target for sc in rt.store.read_window(0, int(time.time()) + 120)}
     assert stored == {"ok", "allowed"}
     assert elapsed < 5.0
