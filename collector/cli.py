@@ -294,6 +294,8 @@ def cmd_drift(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"drift: --at: {exc}", file=sys.stderr)
         return 2
+    if args.action == "pin":
+        return _drift_pin(args, rt)
     try:
         found = rt.drift.evaluate(at)
     finally:
@@ -351,6 +353,37 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"  {m.verdict:8} {m.text}")
         print(out.reason)
     return {"promote": 0, "rollback": 1}.get(out.verdict, 3)
+
+
+def _drift_pin(args: argparse.Namespace, rt) -> int:  # type: ignore[no-untyped-def]
+    """Freeze the reference of [start, end) (default: the trailing reference_length) under a name."""
+    from collector.drift.baseline import save
+
+    try:
+        if args.start or args.end:
+            start, end = _window(args)
+        else:
+            end = int(time.time()) // 60 * 60
+            start = end - int(rt.settings.drift.reference_length)
+    except ValueError as exc:
+        print(f"drift pin: {exc}", file=sys.stderr)
+        return 2
+    window = int(rt.settings.drift.window)
+    try:
+        ref = rt.drift.build(start, end, window, time.time())
+        if not ref.totals:
+            print(f"drift pin: no drift series stored between {_utc(start)} and {_utc(end)} UTC", file=sys.stderr)
+            return 2
+        save(rt.store, args.name, ref, window)
+    finally:
+        rt.store.close()
+    calibrated = sum(t.calibrated for t in ref.thresholds.values())
+    print(
+        f"pinned baseline {args.name!r}: {_utc(start)} - {_utc(end)} UTC, {len(ref.totals)} signal(s), "
+        f"{calibrated} with thresholds calibrated for the {window // 60}-minute window"
+    )
+    print(f"use it with drift: {{reference: pinned, baseline: {args.name}}}")
+    return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -654,7 +687,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="the API's JSON instead of tables")
         p.set_defaults(func=func)
 
-    p = with_config(sub.add_parser("drift", help="workload drift per business type and signal, from the database"))
+    p = with_config(
+        sub.add_parser(
+            "drift",
+            help="workload drift per business type and signal, from the database; `drift pin` stores a baseline",
+            epilog="examples: llmslo drift --config llmslo.yaml; llmslo drift pin --name before-v2 --start "
+            "2026-11-23T00:00 --end 2026-11-30T00:00",
+        )
+    )
+    p.add_argument("action", nargs="?", choices=["show", "pin"], default="show", help="show (default) or pin")
+    p.add_argument("--name", default="default", help="pin: the baseline's name (drift.baseline)")
+    p.add_argument("--start", help="pin: ISO 8601 time or unix seconds (default: the trailing reference_length)")
+    p.add_argument("--end", help="pin: ISO 8601 time or unix seconds, exclusive")
     p.add_argument("--at", help="judge the window ending at this ISO 8601 time (default: now)")
     p.add_argument("--json", action="store_true", help="the API's JSON instead of a table")
     p.add_argument("--fail-on-drift", action="store_true", help="exit 1 when any signal drifted (for scripts)")

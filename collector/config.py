@@ -261,7 +261,9 @@ class DriftConfig(_Strict):
 
     enabled: bool = True
     window: Duration = 300.0  # the current window (the running minute included)
-    reference: Literal["trailing", "hour_of_week"] = "trailing"
+    # pinned: the baseline `llmslo drift pin --name NAME` stored (drift.baseline names it)
+    reference: Literal["trailing", "hour_of_week", "pinned"] = "trailing"
+    baseline: str = Field("default", max_length=128)
     reference_length: Duration = 86400.0  # trailing: this long before the current window
     weeks: int = Field(4, ge=1, le=12)  # hour_of_week: the same hours of this many previous weeks
     min_events: int = Field(100, ge=1, description="requests in the window (and the reference) to judge it")

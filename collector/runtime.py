@@ -34,6 +34,7 @@ from collector.cost.allocation import (
 from collector.cost.capacity import CAPACITY_METRICS, Capacity, capacity_report
 from collector.cost.inventory import Inventory
 from collector.cost.slo import CostOf
+from collector.drift.baseline import fetch as fetch_baseline
 from collector.drift.compare import COMPARE_METRICS, Comparison, Selector, collect, compare_sides
 from collector.drift.monitor import DriftMonitor
 from collector.fleetmap import FleetMap
@@ -131,6 +132,7 @@ class Runtime:
                 lambda lo, hi: read_requests(self.store, lo, hi),
                 self.business_type_of,
                 settings.traces.top_tenants,
+                lambda name: fetch_baseline(self.store, name),
             )
             if settings.drift.enabled
             else None

@@ -47,12 +47,16 @@ class DriftMonitor:
         read_requests: ReadRequests,
         place: Callable[[str, str], str | None],
         top_tenants: int = 20,
+        fetch_pinned: Callable[[str], tuple[Reference, int] | None] | None = None,
     ) -> None:
         self.config = config
         self.read_rows = read_rows
         self.read_requests = read_requests
         self.place = place
         self.top_tenants = top_tenants
+        self.fetch_pinned = fetch_pinned
+        self.missing_pin_logged = False
+        self.pinned_checked = 0.0
         self.tenants: set[str] = set()  # judged per tenant: the busiest in the reference
         self.reference: Reference | None = None
         self.latest: list[Finding] = []
@@ -73,6 +77,11 @@ class DriftMonitor:
                 minutes[group] = by_minute
         return minutes
 
+    def build(self, start: int, end: int, window: int, now: float) -> Reference:
+        """A reference over [start, end) with thresholds for `window` (what `drift pin` stores)."""
+        return build_reference(self._minutes(start, end, pick_tenants=True), [(start, end)], window,
+                               self.config.min_events, now)  # fmt: skip
+
     def evaluate(self, now: float) -> list[Finding]:
         """One pass (blocking: reads the store)."""
         c = self.config
@@ -81,6 +90,20 @@ class DriftMonitor:
         ref = self.reference
         ranges = reference_ranges(c, start, end)
         stale = ref is None or now - ref.built_unix >= c.refresh or now < ref.built_unix or ref.end > start
+        if c.reference == "pinned":
+            if ref is None or time.time() - self.pinned_checked >= c.refresh:
+                self.pinned_checked = time.time()
+                pinned = self.fetch_pinned(c.baseline) if self.fetch_pinned is not None else None
+                if pinned is None:
+                    if not self.missing_pin_logged:
+                        log.warning("drift.reference is pinned but no baseline %r is stored: run `llmslo drift pin`",
+                                    c.baseline)  # fmt: skip
+                        self.missing_pin_logged = True
+                    self.latest, self.evaluated_unix = [], now
+                    return self.latest
+                ref = self.reference = pinned[0]
+                self.tenants = {t for (_bt, t), _s in ref.totals if t}
+            stale = False
         if stale:
             started = time.perf_counter()
             lo, hi = ranges[0][0], ranges[-1][1]

@@ -113,3 +113,15 @@ request_rollups = Table(
     Column("measured_at", String(16), primary_key=True),
     Column("data", Text, nullable=False),
 )
+
+# Pinned drift baselines (collector/drift): a reference frozen by `llmslo drift pin`, as JSON.
+drift_baselines = Table(
+    "llmslo_drift_baselines",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("created_unix", Float, nullable=False),
+    Column("start_unix", BigInteger, nullable=False),
+    Column("end_unix", BigInteger, nullable=False),
+    Column("window_seconds", Integer, nullable=False),
+    Column("data", Text, nullable=False),
+)

@@ -158,3 +158,35 @@ def test_no_change_raises_nothing_over_a_long_run(tmp_path: Path) -> None:
     print(f"\nno-change run: {drifted} of {judged} judgements drifted over {len(passes)} passes")
     assert judged >= len(passes) * 5  # every engine signal of chat was judged, not skipped
     assert drifted == 0
+
+
+def test_a_pinned_baseline_is_stored_by_the_command_and_judges_later_windows(tmp_path: Path) -> None:
+    shift = f"{{kind: prompt_drift, start: {SHIFT_AT}s, duration: 10m, target: chat, factor: 3.6}}"
+    rt, t0, _passes = run(tmp_path, shift, 36, every=600.0, from_minute=35)
+    config = tmp_path / "llmslo.yaml"
+    drift = {"reference": "pinned", "baseline": "before-shift", "tenants": False, "window": "2m"}
+    pinned = {**rt.settings.model_dump(include={"data_dir", "targets"}, mode="json"), "drift": drift}
+    config.write_text(yaml.safe_dump(pinned))
+    start, end = (datetime.fromtimestamp(t0 + m * 60, UTC).isoformat() for m in (2, 27))
+    cli = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "drift", "pin", "--config", str(config), "--name", "before-shift",
+         "--start", start, "--end", end],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert "pinned baseline 'before-shift'" in cli.stdout and "calibrated for the 2-minute window" in cli.stdout
+    later = Runtime(Settings.model_validate({**pinned, "data_dir": str(tmp_path)}), rt.store)
+    assert later.drift is not None
+    found = {f.signal: f for f in later.drift.evaluate(t0 + SHIFT_AT + 240) if f.business_type == "chat"}
+    assert found["prompt_length"].drifted and found["prompt_length"].threshold.calibrated
+    assert later.drift.reference is not None and later.drift.reference.end == int(t0 + 27 * 60)
+    quiet = {f.signal: f for f in later.drift.evaluate(t0 + 20 * 60) if f.business_type == "chat"}
+    assert not quiet["prompt_length"].drifted
+    # no such baseline: nothing judged, said once in the log, no failure
+    missing = Runtime(
+        Settings.model_validate(
+            {**pinned, "data_dir": str(tmp_path), "drift": {"reference": "pinned", "baseline": "x"}}
+        ),
+        rt.store,
+    )
+    assert missing.drift is not None and missing.drift.evaluate(t0 + SHIFT_AT + 240) == []
