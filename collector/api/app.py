@@ -72,6 +72,7 @@ async def _start_otlp_port(rt: Runtime, settings: Settings) -> tuple[EmbeddedSer
     return server, task
 
 
+SELECTOR_PATTERN = r"^(target|model|deployment|label\.[^=\s]+)=.*\S.*$"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/v1/traces"})
 # A window is whole minutes (merges of minute rollups): the schema says so, so
 # FastAPI answers anything else with its standard 422 before a handler runs.
@@ -281,20 +282,26 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
     async def cost(
         rt: RuntimeDep,
         window: WindowQuery = "1d",
-        start: Annotated[int | None, Query(ge=0, le=2**40, description="unix seconds; with end, not window")] = None,
-        end: Annotated[int | None, Query(ge=0, le=2**40, description="unix seconds, exclusive")] = None,
+        start: Annotated[
+            int | None, Query(ge=0, le=2**40, description="unix seconds (alone: from start to now)")
+        ] = None,
+        end: Annotated[
+            int | None, Query(ge=0, le=2**40, description="unix seconds, exclusive (alone: window before it)")
+        ] = None,
         group_by: Literal["deployment", "business_type", "model", "target", "tenant"] = "business_type",
     ) -> CostResponse:
         """Cost per group over a window, reconciled to the configured GPU prices (the inventory's
-        `deployments:`): allocation basis (busy + idle share) and usage basis (busy only)."""
-        if (start is None) != (end is None):
-            raise HTTPException(422, "give both start and end, or neither (then window applies)")
-        if start is None or end is None:
+        `deployments:`): allocation basis (busy + idle share) and usage basis (busy only). The
+        period is [start, end) when both are given (empty when end <= start); start alone runs to
+        now, end alone takes the window before it; neither: the window ending now."""
+        if start is None and end is None:
             start, end = window_bounds(rt.now(), window_seconds(window))
-        elif end <= start:
-            raise HTTPException(422, f"end ({end}) must be after start ({start})")
-        elif end - start > 366 * 86400:
-            raise HTTPException(422, "at most 366 days per query")
+        elif end is None:
+            assert start is not None
+            end = max(start, window_bounds(rt.now(), 60)[1])
+        elif start is None:
+            start = max(0, end - int(window_seconds(window)))
+        end = max(start, end)
         report = await asyncio.to_thread(rt.cost_report, start, end)
         lines = await asyncio.to_thread(rt.cost_lines, report, group_by)
         return cost_out(report, group_by, lines)
@@ -303,10 +310,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
     async def capacity(rt: RuntimeDep, window: WindowQuery = "4w") -> CapacityResponse:
         """Per deployment: memory fit at the measured peak concurrency and context, throughput
         per replica while the SLOs held, replicas the weekly peak needs, saturation forecasts."""
-        seconds = window_seconds(window)
-        if seconds > 366 * 86400:
-            raise HTTPException(422, "at most 366 days per query")
-        start, end = window_bounds(rt.now(), seconds)
+        start, end = window_bounds(rt.now(), window_seconds(window))
         report = await asyncio.to_thread(rt.capacity, start, end)
         return capacity_out(start, end, report)
 
@@ -343,8 +347,11 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
     @app.get("/api/v1/compare", response_model=CompareResponse, tags=["drift"])
     async def compare(
         rt: RuntimeDep,
-        baseline: Annotated[str, Query(description="target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE")],
-        candidate: Annotated[str, Query(description="the same forms as baseline")],
+        baseline: Annotated[
+            str,
+            Query(description="target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE", pattern=SELECTOR_PATTERN),
+        ],
+        candidate: Annotated[str, Query(description="the same forms as baseline", pattern=SELECTOR_PATTERN)],
         window: WindowQuery = "30m",
     ) -> CompareResponse:
         """Candidate against baseline over the window: each metric's change with its 95 % interval,

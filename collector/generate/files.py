@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from collector.generate import drift
 from collector.generate.alertmanager import alertmanager_config
 from collector.generate.promql import GENERATED_HEADER, num, window
 from collector.generate.promtool_tests import test_files
@@ -42,7 +43,7 @@ def runbook(rules: SloRules) -> str:
     ]
     seen: set[str] = set()
     by_alert: dict[str, list[dict[str, Any]]] = {}
-    for rule in burn_rate_alerts(rules) + threshold_alerts(rules):
+    for rule in burn_rate_alerts(rules) + threshold_alerts(rules) + drift.alerts(rules):
         by_alert.setdefault(rule["alert"], []).append(rule)
     objectives = {o.alert_name: o for o in rules.objectives}
     for name, group in by_alert.items():
@@ -82,7 +83,52 @@ def runbook(rules: SloRules) -> str:
                 "- Severity: " + ", ".join(sorted({r["labels"]["severity"] for r in group})) + ".",
                 "",
             ]
+    for o in rules.objectives:  # objectives Prometheus cannot compute: llmslo's evaluator pages
+        if o.alert_name in seen:
+            continue
+        seen.add(o.alert_name)
+        needs = {
+            "cost_ceiling": "the inventory's GPU prices",
+            "throughput": "complete time slices judged one by one",
+        }.get(o.sli, "gateway spans")
+        check = (
+            "`llmslo cost --window 1d` and `GET /api/v1/cost` show where the dollars went (busy, idle, per group)"
+            if o.sli == "cost_ceiling"
+            else "`GET /api/v1/serving?window=1h` for the business type's token throughput"
+            if o.sli == "throughput"
+            else "`GET /api/v1/requests/summary` for the business type"
+        )
+        lines += [
+            f"## {o.alert_name}",
+            "",
+            f"**{o.business_type}: SLO {o.slo} is burning its error budget.**",
+            "",
+            f"- SLO `{o.slo}`: {o.description or o.sli}; objective {num(o.objective * 100)} %.",
+            f"- From llmslo's evaluator only (it needs {needs}, which Prometheus does not have).",
+            f"- Check: {check}; `GET /api/v1/slos`.",
+            "",
+        ]
+    for name, summary, bullets in EVALUATOR_ONLY:
+        lines += [f"## {name}", "", f"**{summary}.**", "", *(f"- {b}" for b in bullets), ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+# alerts only llmslo's own evaluator raises (they need what Prometheus does not have)
+EVALUATOR_ONLY = (
+    (
+        "LLMSLOMemoryNearlyFull",
+        "a deployment's memory is nearly full",
+        (
+            "From llmslo's evaluator only (it knows which GPUs belong to which deployment): the highest "
+            "DCGM framebuffer ratio of the deployment's GPUs when its exporters answer (threshold 5 points "
+            "above gpu_memory_utilization, at least kv_cache_usage), else vLLM's KV-cache usage.",
+            "Check: `GET /api/v1/capacity` (memory fit at the measured peak concurrency and context), "
+            "`nvidia-smi` on the node for processes besides vLLM, `vllm:num_preemptions_total`.",
+            "Act: move the other process away, cap --max-num-seqs, use an fp8 KV cache, add replicas.",
+            "Severity: ticket.",
+        ),
+    ),
+)
 
 
 def generate(rules: SloRules) -> dict[str, str]:

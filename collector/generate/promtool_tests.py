@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from collector import conventions as conv
+from collector.generate import drift
 from collector.generate.promql import Sli, error_ratio_record, num, window
 from collector.generate.rules import (
     burn_rate_alerts,
@@ -466,9 +467,57 @@ def threshold_tests(rules: SloRules) -> list[dict[str, Any]]:
     return tests
 
 
+def drift_tests(rules: SloRules) -> list[dict[str, Any]]:
+    """A prompt-length shift fires; an unchanged workload and a shift in low traffic do not."""
+    bt = next((b for b in rules.business_types if example_model(b)), None)
+    if bt is None:
+        return []
+    m = f'model_name="{example_model(bt)}"'
+    family = drift.SIGNALS["prompt_length"]
+    day = 1440
+    before = {100.0: 0.2, 200.0: 0.8}  # cumulative shares per bound; 1 from 500 on
+    after = {100.0: 0.0, 200.0: 0.1, 500.0: 0.3}  # 1 from 1000 on
+
+    def series(per_minute: float, shifted: bool) -> list[dict[str, str]]:
+        out = []
+        for bound in [*drift.BOUNDS, None]:
+            key = bound if bound is not None else float("inf")
+            a = per_minute * (before.get(key, 0.0) if key < 500 else 1.0)
+            b = per_minute * (after.get(key, 0.0) if key < 1000 else 1.0) if shifted else a
+            le = "+Inf" if bound is None else repr(bound)
+            values = f"0+{num(a)}x{day} {num(a * day + b)}+{num(b)}x30"
+            out.append({"series": f'{family}_bucket{{{m},le="{le}"}}', "values": values})
+        out.append({"series": f"{family}_count{{{m}}}", "values": f"0+{num(per_minute)}x{day + 31}"})
+        return out
+
+    rule = next(a for a in drift.alerts(rules) if a["labels"] == {**a["labels"], "business_type": bt.name,
+                                                                    "signal": "prompt_length"})  # fmt: skip
+    tests = []
+    for name, per_minute, shifted, fires in (
+        ("a prompt-length shift fires the drift ticket", 30.0, True, True),
+        ("an unchanged workload does not fire", 30.0, False, False),
+        ("a shift in low traffic (under 100 requests in the window) does not fire", 3.0, True, False),
+    ):
+        exp: list[dict[str, Any]] = []
+        if fires:
+            labels = {**rule["labels"], "alertname": "LLMSLOWorkloadDrift"}
+            exp = [{"exp_labels": labels, "exp_annotations": rule["annotations"]}]
+        tests.append(
+            {
+                "name": name,
+                "interval": "1m",
+                "input_series": series(per_minute, shifted),
+                "alert_rule_test": [
+                    {"eval_time": f"{day + 10}m", "alertname": "LLMSLOWorkloadDrift", "exp_alerts": exp}
+                ],
+            }
+        )
+    return tests
+
+
 def test_files(rules: SloRules, rule_files: list[str]) -> dict[str, dict[str, Any]]:
     step = 5
-    files = [f"../{f}" for f in rule_files]
+    files = [f"../{f}" for f in rule_files if f != "llmslo-drift.rules.yml"]
     # recorded SLIs first, then the alerts that read them, at every evaluation step
     order = [g["name"] for g in recording_groups(rules)] + ["llmslo-slo-burn-rate", "llmslo-thresholds"]
     return {
@@ -483,5 +532,13 @@ def test_files(rules: SloRules, rule_files: list[str]) -> dict[str, dict[str, An
             "evaluation_interval": "1m",
             "group_eval_order": order,
             "tests": threshold_tests(rules),
+        },
+        "tests/llmslo-drift.test.yml": {
+            "rule_files": ["../llmslo-drift.rules.yml"],
+            # every 5 minutes: the ~280 drift rules at every minute of the hour-long reference
+            # would take promtool minutes (the 5-minute window still sees the shift whole)
+            "evaluation_interval": "5m",
+            "group_eval_order": [g["name"] for g in drift.recording(rules)] + ["llmslo-drift"],
+            "tests": drift_tests(rules),
         },
     }

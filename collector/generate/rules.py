@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from collector.generate import drift
 from collector.generate.promql import (
     Sli,
     engine,
@@ -301,6 +302,13 @@ def rule_files(rules: SloRules) -> dict[str, dict[str, Any]]:
                     "interval": _w(rules.evaluation_interval_seconds),
                     "rules": threshold_alerts(rules),
                 },
+            ]
+        },
+        # its own file: ~70 recording rules per business type (load it or leave it out)
+        "llmslo-drift.rules.yml": {
+            "groups": [
+                *drift.recording(rules),
+                {"name": "llmslo-drift", "interval": "1m", "rules": drift.alerts(rules)},
             ]
         },
     }

@@ -351,6 +351,7 @@ def _check(spec: RulesIn, source: str, node: yaml.Node | None) -> tuple[list[str
                 )
             if o.sli == "cost_ceiling":
                 warnings.append(
-                    f"{where}: {key}: needs the cost model (GPU prices); it reports no data until one is configured"
+                    f"{where}: {key}: needs the cost model (`deployments:` with GPU prices in llmslo.yaml); it "
+                    "reports no data where none is configured"
                 )
     return problems, warnings

@@ -157,8 +157,10 @@ def test_format_duration() -> None:
 def test_the_example_configuration_is_valid() -> None:
     root = Path(__file__).resolve().parents[2]
     s = load_settings(root / "examples" / "llmslo.yaml", environ={})
-    assert [t.name for t in s.targets] == ["vllm-chat-0", "vllm-batch-0"]
+    assert [t.name for t in s.targets] == ["vllm-chat-0", "vllm-batch-0", "gpu-node-0-dcgm"]
     assert s.traces.classification[0].business_type == "code_completion"
+    assert [d.name for d in s.deployments] == ["chat-pool", "batch-pool"]
+    assert s.deployments[1].hourly_gpu_price == pytest.approx(98.32 / 8)
 
 
 def test_a_bad_classification_regex_is_reported(tmp_path: Path) -> None:
