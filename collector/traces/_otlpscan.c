@@ -281,6 +281,11 @@ static PyObject *any_value(Ctx *ctx, Buf b, int depth) {
         } else if (field == 7 && wire == LEN) {
             if (read_len(&b, &sub)) goto fail;
             v = Py_NewRef(Py_None);
+        } else if (field == 8 && wire == VARINT) {
+            /* string_value_strindex: an index into a dictionary only profiles carry; in a span
+               it names nothing (None, as bytes), and as a oneof member it replaces what came before */
+            if (read_varint(&b, &n)) goto fail;
+            v = Py_NewRef(Py_None);
         } else {
             if (skip(&b, wire)) goto fail;
             continue;

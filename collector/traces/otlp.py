@@ -141,7 +141,8 @@ def _hex_ids_to_base64(data: Any) -> Any:
 
 def _value(v: AnyValue) -> AttrValue:
     kind = v.WhichOneof("value")
-    if kind is None or kind == "bytes_value":
+    # string_value_strindex indexes a dictionary only profiles carry: in a span it names nothing
+    if kind is None or kind in ("bytes_value", "string_value_strindex"):
         return None
     if kind == "array_value":
         return [_value(x) for x in v.array_value.values]

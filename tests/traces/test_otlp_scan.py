@@ -217,3 +217,15 @@ def test_garbage_and_wrong_arguments_are_errors_not_crashes() -> None:
         scanner.scan(b"\x0a\x05abc", None, otlp.SpanRecord)
     with pytest.raises(ValueError, match="truncated varint"):
         scanner.scan(b"\x0a\x85", None, otlp.SpanRecord)
+
+
+def test_a_string_index_value_replaces_what_came_before_and_names_nothing() -> None:
+    # found by the 100,000-example fuzz run: an AnyValue holding int_value 0 and then field 8
+    # (string_value_strindex, an index into a dictionary only profiles carry); protobuf keeps the
+    # last oneof member, and in a span it names nothing
+    s = ExportTraceServiceRequest().resource_spans.add().scope_spans.add().spans.add()
+    s.trace_id, s.span_id, s.name, s.start_time_unix_nano, s.end_time_unix_nano = b"t" * 16, b"s" * 8, "x", 1, 2
+    value = b"\x18\x00" + encode_varint(8 << 3) + encode_varint(1)  # int_value 0, then strindex 1
+    body = field(1, field(2, field(2, s.SerializeToString() + field(9, field(1, b"k") + field(2, value)))))
+    scanned, reference = both(body, None)
+    assert scanned == reference and reference[0].attributes == {"k": None}
