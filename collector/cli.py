@@ -341,7 +341,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if rt is None:
         return 2
     try:
-        out = compare_out(rt.compare(base, cand, window, at))
+        end = int(at) // 60 * 60 + 60  # the minute holding `at` and the whole minutes before it
+        out = compare_out(rt.compare(base, cand, end - int(window), end))
     finally:
         rt.store.close()
     if args.json:

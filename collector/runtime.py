@@ -341,6 +341,19 @@ class Runtime:
             cells = list(merged.values())
         return build_report(cells, window_seconds, start, end, self.business_type_of, business_type)
 
+    def report_between(
+        self,
+        start_unix: int,
+        end_unix: int,
+        target: str | None = None,
+        model: str | None = None,
+        business_type: str | None = None,
+    ) -> ServingReport:
+        """Derived serving metrics over any past period, merged from the stored rollups."""
+        cells = self.store.read_window(start_unix, end_unix, target=target, model=model)
+        seconds = max(60, end_unix - start_unix)
+        return build_report(cells, seconds, start_unix, end_unix, self.business_type_of, business_type)
+
     def sliding_cells(
         self, now_unix: float, window_seconds: float, target: str | None = None, model: str | None = None
     ) -> list[SeriesCell]:
@@ -451,9 +464,9 @@ class Runtime:
             queue_limit=(th.queue_waiting if th and th.queue_waiting else 10.0),
         )
 
-    def compare(self, baseline: Selector, candidate: Selector, window_seconds: float, now_unix: float) -> Comparison:
-        """Candidate against baseline over the window ending now (blocking: reads the store)."""
-        start, end = window_bounds(now_unix, window_seconds)
+    def compare(self, baseline: Selector, candidate: Selector, start: int, end: int) -> Comparison:
+        """Candidate against baseline over [start, end) (blocking: reads the store)."""
+        window_seconds = float(max(60, end - start))
         rows = self.store.read_rows(start, end, metrics=COMPARE_METRICS)
 
         def chooser(sel: Selector) -> Callable[[str, str], bool]:

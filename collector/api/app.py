@@ -110,6 +110,27 @@ OTLP_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+StartQuery = Annotated[
+    int | None, Query(ge=0, le=2**40, description="unix seconds: with end, the period [start, end); alone, to now")
+]
+EndQuery = Annotated[
+    int | None, Query(ge=0, le=2**40, description="unix seconds, exclusive; alone, the window before it")
+]
+
+
+def period(now: float, window: str, start: int | None, end: int | None) -> tuple[int, int] | None:
+    """[start, end) of a query: both given, exactly that (empty when end <= start); start alone,
+    to now; end alone, the window before it; neither: None (the window ending now)."""
+    if start is None and end is None:
+        return None
+    if end is None:
+        assert start is not None
+        end = max(start, window_bounds(now, 60)[1])
+    elif start is None:
+        start = max(0, end - int(window_seconds(window)))
+    return start, max(start, end)
+
+
 def window_seconds(window: str) -> float:
     """A `window` query parameter in seconds; WindowQuery's pattern has already refused anything
     that is not whole minutes, hours, days or weeks (with FastAPI's standard 422)."""
@@ -241,8 +262,14 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         target: str | None = None,
         model: str | None = None,
         business_type: str | None = None,
+        start: StartQuery = None,
+        end: EndQuery = None,
     ) -> ServingResponse:
         seconds = window_seconds(window)
+        fixed = period(rt.now(), window, start, end)
+        if fixed is not None:  # a past period: merged from the stored rollups, exactly
+            report = await asyncio.to_thread(rt.report_between, fixed[0], fixed[1], target, model, business_type)
+            return report_out(format_duration(max(60, fixed[1] - fixed[0])), report)
         if target is None and model is None:
             cached = await asyncio.to_thread(published_json, seconds, business_type)
             if cached is not None:
@@ -269,48 +296,46 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         tenant: str | None = None,
         model: str | None = None,
         measured_at: str | None = None,
+        start: StartQuery = None,
+        end: EndQuery = None,
     ) -> RequestSummaryResponse:
         seconds = window_seconds(window)
         now = rt.now()
-        start, end = window_bounds(now, seconds)
-        rows = await asyncio.to_thread(read_requests, rt.store, start, end)
+        fixed = period(now, window, start, end)
+        lo, hi = fixed if fixed is not None else window_bounds(now, seconds)
+        rows = await asyncio.to_thread(read_requests, rt.store, lo, hi)
         summary = summarize(rows, business_type, tenant, model, measured_at)
-        report = await asyncio.to_thread(rt.report, seconds, now, None, model, business_type)
-        return summary_out(format_duration(seconds), start, end, summary, engine_breakdown(report))
+        if fixed is not None:
+            report = await asyncio.to_thread(rt.report_between, lo, hi, None, model, business_type)
+            seconds = max(60, hi - lo)
+        else:
+            report = await asyncio.to_thread(rt.report, seconds, now, None, model, business_type)
+        return summary_out(format_duration(seconds), lo, hi, summary, engine_breakdown(report))
 
     @app.get("/api/v1/cost", response_model=CostResponse, tags=["cost"])
     async def cost(
         rt: RuntimeDep,
         window: WindowQuery = "1d",
-        start: Annotated[
-            int | None, Query(ge=0, le=2**40, description="unix seconds (alone: from start to now)")
-        ] = None,
-        end: Annotated[
-            int | None, Query(ge=0, le=2**40, description="unix seconds, exclusive (alone: window before it)")
-        ] = None,
+        start: StartQuery = None,
+        end: EndQuery = None,
         group_by: Literal["deployment", "business_type", "model", "target", "tenant"] = "business_type",
     ) -> CostResponse:
         """Cost per group over a window, reconciled to the configured GPU prices (the inventory's
         `deployments:`): allocation basis (busy + idle share) and usage basis (busy only). The
         period is [start, end) when both are given (empty when end <= start); start alone runs to
         now, end alone takes the window before it; neither: the window ending now."""
-        if start is None and end is None:
-            start, end = window_bounds(rt.now(), window_seconds(window))
-        elif end is None:
-            assert start is not None
-            end = max(start, window_bounds(rt.now(), 60)[1])
-        elif start is None:
-            start = max(0, end - int(window_seconds(window)))
-        end = max(start, end)
+        start, end = period(rt.now(), window, start, end) or window_bounds(rt.now(), window_seconds(window))
         report = await asyncio.to_thread(rt.cost_report, start, end)
         lines = await asyncio.to_thread(rt.cost_lines, report, group_by)
         return cost_out(report, group_by, lines)
 
     @app.get("/api/v1/capacity", response_model=CapacityResponse, tags=["cost"])
-    async def capacity(rt: RuntimeDep, window: WindowQuery = "4w") -> CapacityResponse:
+    async def capacity(
+        rt: RuntimeDep, window: WindowQuery = "4w", start: StartQuery = None, end: EndQuery = None
+    ) -> CapacityResponse:
         """Per deployment: memory fit at the measured peak concurrency and context, throughput
         per replica while the SLOs held, replicas the weekly peak needs, saturation forecasts."""
-        start, end = window_bounds(rt.now(), window_seconds(window))
+        start, end = period(rt.now(), window, start, end) or window_bounds(rt.now(), window_seconds(window))
         report = await asyncio.to_thread(rt.capacity, start, end)
         return capacity_out(start, end, report)
 
@@ -353,6 +378,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         ],
         candidate: Annotated[str, Query(description="the same forms as baseline", pattern=SELECTOR_PATTERN)],
         window: WindowQuery = "30m",
+        start: StartQuery = None,
+        end: EndQuery = None,
     ) -> CompareResponse:
         """Candidate against baseline over the window: each metric's change with its 95 % interval,
         a verdict per metric and overall (promote, hold, rollback)."""
@@ -360,7 +387,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             base, cand = Selector.parse(baseline), Selector.parse(candidate)
         except SelectorError as exc:
             raise HTTPException(422, str(exc)) from None
-        result = await asyncio.to_thread(rt.compare, base, cand, window_seconds(window), rt.now())
+        lo, hi = period(rt.now(), window, start, end) or window_bounds(rt.now(), window_seconds(window))
+        result = await asyncio.to_thread(rt.compare, base, cand, lo, hi)
         return compare_out(result)
 
     @app.get("/api/v1/slos", response_model=SlosResponse, tags=["slo"])

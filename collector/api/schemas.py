@@ -351,8 +351,10 @@ class RequestLatency(BaseModel):
 
 
 class EngineBreakdown(BaseModel):
-    """The engine's view of the same model and window (from the scraped vLLM histograms)."""
+    """The engine's view of the same model and window (from the scraped vLLM histograms), per
+    server: one entry per (target, model)."""
 
+    target: str
     model: str
     p50_seconds: dict[str, float]  # interpolated: see `quantiles` for the bucket bounds
     p95_seconds: dict[str, float]
@@ -434,7 +436,7 @@ def engine_breakdown(report: ServingReport) -> list[EngineBreakdown]:
                 else:
                     continue
                 bounded.setdefault(metric, []).append(quantile_out(q))
-        out.append(EngineBreakdown(model=g.model, p50_seconds=p50, p95_seconds=p95, quantiles=bounded))
+        out.append(EngineBreakdown(target=g.target, model=g.model, p50_seconds=p50, p95_seconds=p95, quantiles=bounded))
     return out
 
 

@@ -231,3 +231,43 @@ def test_dcgm_exporters_give_the_busy_share_when_the_engines_do_not(fleet) -> No
     # capacity reads the framebuffer: vLLM's reservation (0.9 of 24 GiB) + the 500 MiB CUDA context
     cap = {c.deployment: c for c in rt.capacity(t0, end)}
     assert cap["chat"].gpu_memory_peak == pytest.approx((24 * 1024 * 0.9 + 500) / (24 * 1024), abs=1e-4)
+
+
+def test_past_periods_are_answered_from_the_rollups(fleet) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    import httpx
+
+    from collector.api.app import create_app
+
+    rt, _scenario, t0, _busy = fleet
+    run, _peak, _active = rt.sim_truth
+    app = create_app(rt.settings, rt, schedule=False)
+
+    async def get(path: str, **params: object) -> dict:  # type: ignore[type-arg]
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://llmslo") as client,
+        ):
+            resp = await client.get(path, params=params)
+            assert resp.status_code == 200, resp.text
+            return resp.json()  # type: ignore[no-any-return]
+
+    hour = {"start": t0 + 3600, "end": t0 + 7200}
+    serving = asyncio.run(get("/api/v1/serving", business_type="chat", **hour))
+    assert (serving["start_unix"], serving["end_unix"]) == (t0 + 3600, t0 + 7200)
+    [chat] = serving["business_types"]
+    # vLLM counts a request when it finishes; scrapes every 15 s put the boundary's few elsewhere
+    truth = len([r for r in run.requests_between(3600, 7200, "chat") if not r.error_type])
+    assert chat["stats"]["requests"] == pytest.approx(truth, rel=0.02)
+    summary = asyncio.run(get("/api/v1/requests/summary", business_type="chat", **hour))
+    assert summary["requests"] == 0  # no gateway spans in this run
+    assert summary["start_unix"] == t0 + 3600
+    engine = [(e["target"], e["model"]) for e in summary["engine"]]  # one entry per server of the model
+    assert engine == [("chat-0", "meta-llama/Llama-3.1-8B-Instruct"), ("chat-1", "meta-llama/Llama-3.1-8B-Instruct")]
+    assert summary["engine"][0]["p95_seconds"]["ttft"] > 0
+    # the same hour through every API that takes a period
+    cost = asyncio.run(get("/api/v1/cost", group_by="business_type", **hour))
+    assert cost["start_unix"] == t0 + 3600 and cost["allocated_usd"] > 0
+    capacity = asyncio.run(get("/api/v1/capacity", **hour))
+    assert capacity["end_unix"] == t0 + 7200

@@ -55,6 +55,12 @@ deployments:
 """
 
 
+def last(now: float, seconds: int = 900) -> tuple[int, int]:
+    """The 15 minutes ending with the minute holding `now`."""
+    end = int(now) // 60 * 60 + 60
+    return end - seconds, end
+
+
 def simulate(tmp_path: Path, canary_prefill: float, share: float) -> tuple[Runtime, float]:
     scenario = parse_scenario(SCENARIO.format(canary_prefill=canary_prefill, share=share), "canary")
     targets = targets_for(scenario)
@@ -67,7 +73,7 @@ def simulate(tmp_path: Path, canary_prefill: float, share: float) -> tuple[Runti
 
 def test_a_slower_canary_is_rolled_back_with_its_interval(tmp_path: Path) -> None:
     rt, now = simulate(tmp_path, canary_prefill=1500, share=0.3)  # prefill 2.7x slower
-    c = rt.compare(Selector.parse("model=chat-model"), Selector.parse("model=chat-model-v2"), 900, now)
+    c = rt.compare(Selector.parse("model=chat-model"), Selector.parse("model=chat-model-v2"), *last(now))
     assert c.verdict == "rollback", c.reason
     ttft = {m.name: m for m in c.metrics}["ttft_p95"]
     assert ttft.verdict == "rollback" and ttft.ci is not None
@@ -75,7 +81,7 @@ def test_a_slower_canary_is_rolled_back_with_its_interval(tmp_path: Path) -> Non
     assert c.reason.startswith("rollback: TTFT p95 +") and "(CI +" in c.reason
     assert ttft.p_value is not None and ttft.p_value < 0.001
     # labels select the same populations
-    by_label = rt.compare(Selector.parse("label.track=stable"), Selector.parse("label.track=canary"), 900, now)
+    by_label = rt.compare(Selector.parse("label.track=stable"), Selector.parse("label.track=canary"), *last(now))
     assert by_label.verdict == "rollback" and by_label.candidate_requests == c.candidate_requests
     # as a deployment gate: exit 1 and the JSON report
     config = tmp_path / "llmslo.yaml"
@@ -95,13 +101,13 @@ def test_a_slower_canary_is_rolled_back_with_its_interval(tmp_path: Path) -> Non
 
 def test_an_identical_canary_is_promoted_and_a_quiet_one_held(tmp_path: Path) -> None:
     rt, now = simulate(tmp_path / "same", canary_prefill=4000, share=0.5)
-    c = rt.compare(Selector.parse("deployment=stable"), Selector.parse("target=canary-0"), 900, now)
+    c = rt.compare(Selector.parse("deployment=stable"), Selector.parse("target=canary-0"), *last(now))
     # (no inventory: `deployment=` selects nothing, so the baseline is empty) -> hold
     assert c.verdict == "hold" and "not enough data" in c.reason
-    c = rt.compare(Selector.parse("target=stable-0"), Selector.parse("target=canary-0"), 900, now)
+    c = rt.compare(Selector.parse("target=stable-0"), Selector.parse("target=canary-0"), *last(now))
     assert c.verdict == "promote", c.reason
     rt2, now2 = simulate(tmp_path / "quiet", canary_prefill=1500, share=0.02)
-    quiet = rt2.compare(Selector.parse("target=stable-0"), Selector.parse("target=canary-0"), 900, now2)
+    quiet = rt2.compare(Selector.parse("target=stable-0"), Selector.parse("target=canary-0"), *last(now2))
     assert quiet.verdict == "hold" and quiet.reason.startswith("hold: not enough data")
 
 
