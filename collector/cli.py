@@ -1,5 +1,5 @@
-"""The `llmslo` command: serve, demo, simulate, cost, capacity, drift, check-config, check, generate,
-db, inspect, example-target."""
+"""The `llmslo` command: serve, demo, simulate, cost, capacity, drift, compare, check-config, check,
+generate, db, inspect, example-target."""
 
 from __future__ import annotations
 
@@ -720,19 +720,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("check", help="validate SLO rules and print every problem")
-    p.add_argument("rules", nargs="?", default="rules")
+    p.add_argument("rules", nargs="?", default="rules", help="rules file or directory (default: rules)")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("generate", help="compile rules/ into alerts/ (Prometheus rules, Alertmanager, tests)")
-    p.add_argument("--rules", default="rules")
-    p.add_argument("--out", default="alerts")
-    p.add_argument("--dashboards-out", default="dashboards")
+    p.add_argument("--rules", default="rules", help="SLO rules file or directory (default: rules)")
+    p.add_argument("--out", default="alerts", help="where the rule, Alertmanager and test files go (default: alerts)")
+    p.add_argument(
+        "--dashboards-out", default="dashboards", help="where the Grafana dashboard goes (default: dashboards)"
+    )
     p.add_argument("--check", action="store_true", help="only check that alerts/ is up to date (CI)")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("inspect", help="show what llmslo reads from a /metrics URL or file")
-    p.add_argument("source")
-    p.add_argument("--content-type", default=None)
+    p.add_argument("source", help="a /metrics URL or a file holding a scrape body")
+    p.add_argument(
+        "--content-type", default=None, help="the body's Content-Type (default: from the URL, else text 0.0.4)"
+    )
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("simulate", help="run a simulated vLLM fleet (real time, or --fast into a database)")
@@ -749,10 +753,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("demo", help="simulator + collector + live view: healthy, an incident, recovery")
-    p.add_argument("--scenario", default="demo")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=9464)
-    p.add_argument("--data-dir", default="./data")
+    p.add_argument("--scenario", default="demo", help="scenario file, or builtin: demo, healthy, incidents")
+    p.add_argument("--host", default="127.0.0.1", help="listen address of the collector (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=9464, help="the collector's port (default 9464)")
+    p.add_argument("--data-dir", default="./data", help="where the demo's SQLite database goes (default ./data)")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.add_argument("--no-live", action="store_true", help="no terminal view (for scripts)")
     p.set_defaults(func=cmd_demo)
