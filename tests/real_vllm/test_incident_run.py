@@ -167,7 +167,6 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
             time.sleep(2)
             before = raw(vllm)
             wait_for(lambda: (scraper.status.last_success_unix or 0) > time.time() - 1, 10, "no scrape")
-            last_before = scraper.status.last_success_unix or 0.0
             vllm.stop()
             start_called = time.time()  # the new process starts after this
             vllm.start()
@@ -188,8 +187,8 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
             restart_scrape = next(r for r in scraper.recent if r.unix > start_called)
             cell = next(iter(restart_scrape.cells.values()))
             assert cell.observed_seconds <= restart_scrape.unix - start_called + 1.0
-            # and never the whole gap since the old process's last scrape (vLLM takes many seconds to start)
-            assert cell.observed_seconds < restart_scrape.unix - last_before - 1.0
+            # and all of it: the new process counted from its spawn (not from when it became ready)
+            assert cell.observed_seconds >= restart_scrape.unix - start_called - 1.0
 
             # totals: everything vLLM counted in both processes, including before the first scrape
             def counted(snapshot: dict[Any, float], name: str) -> float:
