@@ -524,7 +524,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     except ExpositionError as exc:
         print(f"{source}: {exc}", file=sys.stderr)
         return 1
+    text = body.decode("utf-8", "replace")
+    if not args.json:
+        print(_inspect_summary(source, text, snap))
+        return 0
     out = {
+        "vllm_naming": naming_range(text),
         "samples_used": snap.samples,
         "counters": {f"{k.model} {k.metric}{dict(k.labels) or ''}": v for k, v in sorted(snap.counters.items())},
         "gauges": {f"{k.model} {k.metric}": v for k, v in sorted(snap.gauges.items())},
@@ -536,6 +541,73 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     }
     print(json.dumps(out, indent=2))
     return 0
+
+
+def naming_range(text: str) -> str:
+    """Which vLLM releases expose these metric names (shared/reference/vllm-metrics.md section 1)."""
+
+    def has(name: str) -> bool:
+        return f"\n{name}" in f"\n{text}" or f"# TYPE {name} " in text
+
+    lower, upper = (0, 6), None
+    if has("vllm:kv_cache_usage_perc"):
+        lower = max(lower, (0, 9))
+    if has("vllm:inter_token_latency_seconds"):
+        lower = max(lower, (0, 10))
+    if has("vllm:request_time_per_output_token_seconds"):
+        lower = max(lower, (0, 11))
+    if has("vllm:gpu_cache_usage_perc"):
+        upper = (0, 11)
+    if has("vllm:time_per_output_token_seconds") and not has("vllm:inter_token_latency_seconds"):
+        upper = min(upper or (0, 10), (0, 10))
+    if not has("vllm:kv_cache_usage_perc") and has("vllm:gpu_cache_usage_perc"):
+        upper = min(upper or (0, 8), (0, 8))
+
+    def v(x: tuple[int, int]) -> str:
+        return f"{x[0]}.{x[1]}"
+
+    if upper is None:
+        return f"{v(lower)} or later"
+    return f"{v(lower)} to {v(upper)}" if upper > lower else f"{v(upper)}"
+
+
+def _inspect_summary(source: str, text: str, snap) -> str:  # type: ignore[no-untyped-def]
+    """A reading of one scrape a person can check at a glance (--json has every series)."""
+    models = sorted({k.model for k in (*snap.counters, *snap.gauges, *snap.histograms)})
+    lines = [f"{source}: vLLM metric names of {naming_range(text)}; {snap.samples} samples used, "
+             f"{len(models)} model(s)"]  # fmt: skip
+    for model in models:
+        finished = {dict(k.labels).get("finished_reason", "?"): v for k, v in snap.counters.items()
+                    if k.model == model and k.metric == "request_success"}  # fmt: skip
+        c = {k.metric: v for k, v in snap.counters.items() if k.model == model and not k.labels}
+        g = {k.metric: v for k, v in snap.gauges.items() if k.model == model}
+        lines.append(f"model {model}")
+        mix = ", ".join(f"{r} {n:,.0f}" for r, n in sorted(finished.items()))
+        lines.append(
+            f"  requests finished {sum(finished.values()):,.0f} ({mix})" if finished else "  no finished requests"
+        )
+        lines.append(
+            f"  tokens: {c.get('prompt_tokens', 0):,.0f} prompt, {c.get('generation_tokens', 0):,.0f} generated"
+        )
+        if "prefix_cache_queries" in c:
+            unit = next(
+                (u for k, u in snap.units.items() if k.model == model and k.metric == "prefix_cache_queries"), ""
+            )
+            hits, queried = c.get("prefix_cache_hits", 0), c["prefix_cache_queries"]
+            lines.append(f"  prefix cache: {hits:,.0f} hits of {queried:,.0f} queried {unit}")
+        if g:
+            kv = g.get("kv_cache_usage")
+            lines.append(
+                f"  now: {g.get('requests_running', 0):.0f} running, {g.get('requests_waiting', 0):.0f} waiting"
+                + (f", KV cache {kv:.0%} used" if kv is not None else "")
+            )
+        for k, h in sorted(snap.histograms.items()):
+            if k.model == model:
+                unit = "tokens" if k.metric.endswith("_length") else "s"
+                mean = f", mean {h.sum / h.count:.3g} {unit}" if h.count else ""
+                lines.append(f"  {k.metric}: {h.count:,.0f} observations{mean}, {len(h.bounds)} buckets")
+    lines.append("(--json prints every series read)")
+    return "\n".join(lines)
 
 
 def cmd_example_target(args: argparse.Namespace) -> int:
@@ -734,6 +806,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", help="show what llmslo reads from a /metrics URL or file")
     p.add_argument("source", help="a /metrics URL or a file holding a scrape body")
+    p.add_argument("--json", action="store_true", help="every series read, as JSON")
     p.add_argument(
         "--content-type", default=None, help="the body's Content-Type (default: from the URL, else text 0.0.4)"
     )

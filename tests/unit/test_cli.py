@@ -23,3 +23,24 @@ def test_help_lists_every_command() -> None:
     assert out.returncode == 0
     for command in ("serve", "demo", "simulate", "check-config", "check", "generate", "db", "inspect"):
         assert command in out.stdout
+
+
+def test_inspect_reads_a_scrape_and_names_the_vllm_release_range() -> None:
+    sample = Path(__file__).resolve().parents[2] / "collector" / "data" / "vllm-0.13-sample.txt"
+    out = llmslo("inspect", str(sample))
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.splitlines()[0]
+    assert "vLLM metric names of 0.11 or later" in first and "1 model(s)" in first
+    assert "requests finished 2 (abort 0, error 0, length 2, stop 0)" in out.stdout
+    assert "ttft: 2 observations, mean 0.207 s" in out.stdout
+    raw = llmslo("inspect", str(sample), "--json")
+    assert '"vllm_naming": "0.11 or later"' in raw.stdout
+
+
+def test_naming_range_of_older_releases() -> None:
+    from collector.cli import naming_range
+
+    v0 = "vllm:gpu_cache_usage_perc 0\nvllm:time_per_output_token_seconds_count 1\n"
+    assert naming_range(v0) == "0.6 to 0.8"
+    both = "vllm:gpu_cache_usage_perc 0\nvllm:kv_cache_usage_perc 0\nvllm:inter_token_latency_seconds_count 1\n"
+    assert naming_range(both) == "0.10 to 0.11"
