@@ -12,8 +12,9 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from collector import __version__
 from collector.config import ConfigError, Settings, TargetConfig, load_settings
@@ -167,26 +168,39 @@ def _money(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"${x:,.{digits}f}"
 
 
-def cmd_cost(args: argparse.Namespace) -> int:
-    """Cost per group over a window from the stored rollups (the same as /api/v1/cost)."""
-    from collector.api.schemas import cost_out
-
+def _offline_report(args: argparse.Namespace, command: str, build: Callable[..., Any]) -> tuple[Any, int, int] | int:
+    """Build a report over the period the arguments name from the configured database: (the
+    report, start, end), or an exit code once the JSON is printed (--json) or a problem is."""
     rt = _offline_runtime(args)
     if rt is None:
         return 2
     try:
         start, end = _window(args)
     except ValueError as exc:
-        print(f"cost: {exc}", file=sys.stderr)
+        print(f"{command}: {exc}", file=sys.stderr)
         return 2
     try:
-        report = rt.cost_report(start, end)
-        out = cost_out(report, args.group_by, rt.cost_lines(report, args.group_by))
+        out = build(rt, start, end)
     finally:
         rt.store.close()
     if args.json:
         print(out.model_dump_json(indent=2))
         return 0
+    return out, start, end
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    """Cost per group over a window from the stored rollups (the same as /api/v1/cost)."""
+    from collector.api.schemas import cost_out
+
+    def build(rt, start: int, end: int):  # type: ignore[no-untyped-def]
+        report = rt.cost_report(start, end)
+        return cost_out(report, args.group_by, rt.cost_lines(report, args.group_by))
+
+    done = _offline_report(args, "cost", build)
+    if isinstance(done, int):
+        return done
+    out, start, end = done
     print(f"cost {_utc(start)} - {_utc(end)} UTC")
     print(
         _table(
@@ -227,21 +241,10 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     """Capacity per deployment over a window (the same as /api/v1/capacity)."""
     from collector.api.schemas import capacity_out
 
-    rt = _offline_runtime(args)
-    if rt is None:
-        return 2
-    try:
-        start, end = _window(args)
-    except ValueError as exc:
-        print(f"capacity: {exc}", file=sys.stderr)
-        return 2
-    try:
-        out = capacity_out(start, end, rt.capacity(start, end))
-    finally:
-        rt.store.close()
-    if args.json:
-        print(out.model_dump_json(indent=2))
-        return 0
+    done = _offline_report(args, "capacity", lambda rt, start, end: capacity_out(start, end, rt.capacity(start, end)))
+    if isinstance(done, int):
+        return done
+    out = done[0]
 
     rows = []
     for c in out.deployments:

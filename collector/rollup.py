@@ -9,12 +9,14 @@ so any window is a merge of minute (or, after compaction, hour) cells.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from collector.sources.vllm import EngineSnapshot, Kind, SeriesKey
 
 MINUTE_SECONDS = 60
+K = TypeVar("K", bound=Hashable)
 HOUR_SECONDS = 3600
 # A server's clock may run a little ahead of ours: a process start up to this far in our future
 # still counts as "just started"; further ahead, the start time is not believable.
@@ -108,6 +110,13 @@ class Cell:
             self.observed_seconds,
             self.last_unix,
         )
+
+
+def add_counts(into: dict[K, list[float]], key: K, counts: Sequence[float]) -> None:
+    """Add a histogram's bucket counts into `into[key]` (a copy on first sight): how windows,
+    drift populations and capacity hours merge the buckets of one layout."""
+    have = into.get(key)
+    into[key] = list(counts) if have is None else [a + b for a, b in zip(have, counts, strict=True)]
 
 
 def period_start(unix: float, period_seconds: int = MINUTE_SECONDS) -> int:

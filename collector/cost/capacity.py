@@ -28,7 +28,7 @@ from collector.config import CostConfig
 from collector.cost.allocation import BusinessTypeOf
 from collector.cost.formulas import GIB, MemoryFit, memory_fit, remedies
 from collector.cost.inventory import Deployment, Inventory
-from collector.rollup import HOUR_SECONDS, Row
+from collector.rollup import HOUR_SECONDS, Row, add_counts
 from collector.slo.spec import Objective, SloRules
 from collector.sources.dcgm import USED_RATIO, is_gpu_metric
 from collector.sources.vllm import BUSY, Kind
@@ -211,16 +211,9 @@ def capacity_report(
                     h.errors += cell.value
         elif ident.kind is Kind.HISTOGRAM and cell.buckets is not None:
             if metric in ("prompt_length", "generation_length"):
-                have = lengths[d.name][metric].get(ident.bounds)
-                lengths[d.name][metric][ident.bounds] = (
-                    list(cell.buckets) if have is None else [a + b for a, b in zip(have, cell.buckets, strict=True)]
-                )
+                add_counts(lengths[d.name][metric], ident.bounds, cell.buckets)
             else:
-                key = (metric, ident.bounds)
-                have = h.hist.get(key)
-                h.hist[key] = (
-                    list(cell.buckets) if have is None else [a + b for a, b in zip(have, cell.buckets, strict=True)]
-                )
+                add_counts(h.hist, (metric, ident.bounds), cell.buckets)
         elif cell.n:
             if metric == BUSY:
                 h.replica_seconds += cell.observed_seconds

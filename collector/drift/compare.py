@@ -25,7 +25,7 @@ from scipy.stats import mannwhitneyu
 from collector.analytics.percentiles import histogram_quantile
 from collector.drift.engine import Population, compare
 from collector.drift.stats import decumulate
-from collector.rollup import Row
+from collector.rollup import Row, add_counts
 from collector.sources.vllm import BUSY, Kind
 
 COMPARE_METRICS = ("ttft", "tpot", "e2e", "request_success", "prompt_length", "generation_length",
@@ -104,10 +104,7 @@ def collect(rows: Iterable[Row], choose: Callable[[str, str], bool]) -> Side:
         if ident.kind is Kind.HISTOGRAM and cell.buckets is not None:
             counts = decumulate(cell.buckets)
             if metric in LATENCIES:
-                have = side.hist.setdefault(metric, {}).get(ident.bounds)
-                side.hist[metric][ident.bounds] = (
-                    counts if have is None else [a + b for a, b in zip(have, counts, strict=True)]
-                )
+                add_counts(side.hist.setdefault(metric, {}), ident.bounds, counts)
             elif metric in ("prompt_length", "generation_length"):
                 side.lengths.setdefault(metric, Population()).add(
                     Population(hist={ident.bounds: counts}, total=cell.sum, events=cell.value)

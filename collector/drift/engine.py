@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from collector.analytics.percentiles import histogram_quantile
 from collector.drift.stats import Distances, common_bounds, decumulate, distances, psi, rebin
-from collector.rollup import MINUTE_SECONDS, Row, period_start
+from collector.rollup import MINUTE_SECONDS, Row, add_counts, period_start
 from collector.sources.vllm import Kind
 from collector.traces.rollup import LENGTH_BOUNDS, RequestCell, RequestKey
 
@@ -62,8 +62,7 @@ class Population:
 
     def add(self, other: Population) -> None:
         for bounds, counts in other.hist.items():
-            have = self.hist.get(bounds)
-            self.hist[bounds] = list(counts) if have is None else [a + b for a, b in zip(have, counts, strict=True)]
+            add_counts(self.hist, bounds, counts)
         for k, v in other.cats.items():
             self.cats[k] = self.cats.get(k, 0.0) + v
         self.total += other.total

@@ -120,9 +120,11 @@ class DriftMonitor:
         assert ref is not None
         current = self._minutes(start, end)
         out = [f for f in findings(ref, current, start, end, c.min_events) if f.signal in c.signals]
-        if any(f.drifted for f in out):  # date the shifts: read further back once
-            wider = self._minutes(min(start, end - DATING_SECONDS - MINUTE_SECONDS), end)
-            out = [f for f in findings(ref, wider, start, end, c.min_events) if f.signal in c.signals]
+        earlier = end - DATING_SECONDS - MINUTE_SECONDS
+        if any(f.drifted for f in out) and earlier < start:  # date the shifts: read the minutes before
+            for group, by_minute in self._minutes(earlier, start).items():
+                current.setdefault(group, {}).update(by_minute)
+            out = [f for f in findings(ref, current, start, end, c.min_events) if f.signal in c.signals]
         with self.lock:
             self.latest = sorted(out, key=lambda f: (not f.drifted, f.business_type, f.tenant, f.signal))
             self.evaluated_unix = now

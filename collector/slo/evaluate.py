@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from collector.analytics.percentiles import fraction_at_or_below
 from collector.cost.slo import CostOf, judge, slice_inputs
-from collector.rollup import MINUTE_SECONDS, Cumulative, Row, SeriesIdent, period_start
+from collector.rollup import MINUTE_SECONDS, Cumulative, Row, SeriesIdent, add_counts, period_start
 from collector.slo.spec import BusinessType, Objective, SloRules
 from collector.slo.windows import BurnPair
 from collector.sources.vllm import Kind
@@ -306,9 +306,7 @@ def _latency_events(o: Objective, rows: list[Row]) -> Events:
         ident = r.cell.ident
         if ident.key.metric != o.metric or ident.kind is not Kind.HISTOGRAM or r.cell.cell.buckets is None:
             continue
-        have = by_layout.get(ident.bounds)
-        buckets = r.cell.cell.buckets
-        by_layout[ident.bounds] = list(buckets) if have is None else [a + b for a, b in zip(have, buckets, strict=True)]
+        add_counts(by_layout, ident.bounds, r.cell.cell.buckets)
     events = NO_EVENTS
     for bounds, cumulative in by_layout.items():
         share = fraction_at_or_below(o.threshold_seconds, bounds, cumulative)

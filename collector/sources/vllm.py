@@ -190,7 +190,10 @@ def new_cache() -> SlotCache:
     return SeriesCache()
 
 
-def _resolver(default_model: str) -> Callable[[str, Labels, int], _Slot | None]:
+def _resolver(default_model: str, label_value_length_limit: int = 0) -> Callable[[str, Labels, int], _Slot | None]:
+    """Resolves a line's `name{labels}` once per target (the result is cached by the scanner), so
+    the checks here cost nothing for a series already seen."""
+
     def resolve(name: str, labels: Labels, line: int) -> _Slot | None:
         if name == _PROCESS_START:
             return _Slot((SeriesKey("", "process_start"), 0, ""), _PROCESS, _PART_PROCESS_START, math.nan, name)
@@ -221,6 +224,15 @@ def _resolver(default_model: str) -> Callable[[str, Labels, int], _Slot | None]:
                 kept.append((label, value))
         if route.part == _PART_BUCKET and math.isnan(le):
             raise ExpositionError("parse", f"{name} has no le label", line)
+        if label_value_length_limit:
+            for lname, lvalue in ((_MODEL_LABEL, model), *kept):
+                if len(lvalue) > label_value_length_limit:
+                    raise ExpositionError(
+                        "label_limit",
+                        f"{lname} value of {len(lvalue)} characters is longer than "
+                        f"scrape.label_value_length_limit {label_value_length_limit}; nothing stored",
+                        line,
+                    )
         kept.sort()
         key = SeriesKey(model, route.logical.name, tuple(kept))
         return _Slot((key, route.rank, engine), route.logical, route.part, le, name)
@@ -255,7 +267,8 @@ def read_scrape(
     """
     fmt = detect_format(content_type)
     text = decode_body(body) if isinstance(body, bytes) else body
-    slots, types = scan(text, fmt, cache if cache is not None else new_cache(), _resolver(default_model), sample_limit)
+    resolver = _resolver(default_model, label_value_length_limit)
+    slots, types = scan(text, fmt, cache if cache is not None else new_cache(), resolver, sample_limit)
     scalars: dict[tuple[SeriesKey, int, str], float] = {}
     hists: dict[tuple[SeriesKey, int, str], _HistBuilder] = {}
     process_start: float | None = None
@@ -299,18 +312,9 @@ def read_scrape(
             builder.sum = value
         else:
             builder.count = value
-    if model_limit or label_value_length_limit:
+    if model_limit:
         models = {series.model for series, _rank, _engine in (*scalars, *hists)}  # one entry per series
-        if label_value_length_limit:
-            for series, _rank, _engine in (*scalars, *hists):
-                for lname, lvalue in ((_MODEL_LABEL, series.model), *series.labels):
-                    if len(lvalue) > label_value_length_limit:
-                        raise ExpositionError(
-                            "label_limit",
-                            f"{lname} value of {len(lvalue)} characters is longer than "
-                            f"scrape.label_value_length_limit {label_value_length_limit}; nothing stored",
-                        )
-        if model_limit and len(models) > model_limit:
+        if len(models) > model_limit:
             raise ExpositionError(
                 "model_limit",
                 f"{len(models)} distinct model_name values, more than scrape.model_limit {model_limit}; nothing stored",

@@ -17,6 +17,16 @@ from collector.store.tables import metadata
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 FIRST = "0001"
+# the tables revision 0001 creates (versions/r0001_initial.py)
+FIRST_TABLES = (
+    "llmslo_targets",
+    "llmslo_series",
+    "llmslo_series_state",
+    "llmslo_rollups",
+    "llmslo_alerts",
+    "llmslo_span_keys",
+    "llmslo_request_rollups",
+)
 ADVISORY_LOCK = 7_211_533  # PostgreSQL: one migrating collector at a time
 
 
@@ -46,8 +56,8 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
         cfg = _config(conn)
         if before is None and "llmslo_targets" in inspect(conn).get_table_names():
             # made by a release before migrations: its schema is the first revision's (plus any
-            # table it lacked, created as it is now)
-            metadata.create_all(conn)
+            # of that revision's tables it lacked); the later revisions then run as on any database
+            metadata.create_all(conn, tables=[metadata.tables[name] for name in FIRST_TABLES])
             command.stamp(cfg, FIRST)
             before = FIRST
         command.upgrade(cfg, "head")

@@ -15,8 +15,6 @@ depends_on = None
 
 
 def upgrade() -> None:
-    if "llmslo_drift_baselines" in sa.inspect(op.get_bind()).get_table_names():
-        return  # a database from before migrations gets today's tables when it is first stamped
     op.create_table(
         "llmslo_drift_baselines",
         sa.Column("name", sa.String(128), primary_key=True),
