@@ -129,13 +129,6 @@ class CostInputs:
             self.add(r.cell.target, r.cell.ident, r.cell.cell)
         return self
 
-    def merge(self, other: CostInputs) -> None:
-        for key, w in other.work.items():
-            have = self.work.get(key)
-            if have is None:
-                self.work[key] = have = Work()
-            have.merge(w)
-
 
 @dataclass(slots=True)
 class Line:
