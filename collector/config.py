@@ -294,6 +294,56 @@ class DriftConfig(_Strict):
         return v
 
 
+class SmtpConfig(_Strict):
+    """Where the weekly report is mailed (HTML body with the charts inline, Markdown alternative)."""
+
+    host: str = Field(..., min_length=1)
+    port: int = Field(587, ge=1, le=65535)
+    security: Literal["starttls", "tls", "none"] = "starttls"  # tls: SMTPS (port 465)
+    username: str | None = None
+    password: str | None = None  # better from LLMSLO_REPORT__SMTP__PASSWORD than from the file
+    sender: str = Field(..., min_length=3, alias="from")
+    to: list[str] = Field(..., min_length=1)
+    timeout: Duration = 30.0
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ReportConfig(_Strict):
+    """The weekly capacity and cost report (collector/report): built on a schedule, stored in
+    the database, delivered by webhook and e-mail."""
+
+    enabled: bool = True  # the scheduled job; `llmslo report` works either way
+    timezone: str = "UTC"  # weeks and days start at midnight here (IANA name, e.g. Europe/Berlin)
+    schedule_day: Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"] = "mon"
+    schedule_time: str = Field("08:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")  # in `timezone`
+    # the address readers reach llmslo at, for links in the webhook and the mail (/reports/<id>)
+    public_url: str | None = None
+    webhook_url: str | None = None
+    smtp: SmtpConfig | None = None
+    attempts: int = Field(5, ge=1, le=20)  # per delivery channel
+    backoff: Duration = 30.0  # first retry after this long, doubling
+    top_tenants: int = Field(10, ge=1, le=100)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {v!r} (an IANA name such as UTC or Europe/Berlin)") from None
+        return v
+
+    @field_validator("webhook_url", "public_url")
+    @classmethod
+    def _http(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(f"expected an http:// or https:// URL, got {redact_url(v)!r}")
+        return v
+
+
 class Settings(_Strict):
     data_dir: str = "./data"
     database_url: str | None = None
@@ -317,6 +367,7 @@ class Settings(_Strict):
     gpus: dict[str, GpuSpecConfig] = Field(default_factory=dict, description="GPU types added to the table")
     cost: CostConfig = CostConfig()
     drift: DriftConfig = DriftConfig()
+    report: ReportConfig = ReportConfig()
 
     @field_validator("windows")
     @classmethod

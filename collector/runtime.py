@@ -10,7 +10,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ParamSpec
 
@@ -40,7 +40,7 @@ from collector.drift.monitor import DriftMonitor
 from collector.fleetmap import FleetMap
 from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, period_start
 from collector.slo.alerts import AlertBook, deliver
-from collector.slo.evaluate import SloStatus, evaluate, period_bounds
+from collector.slo.evaluate import Events, SloStatus, evaluate, period_bounds, period_events
 from collector.slo.incidents import (
     MemoryReading,
     TargetHealth,
@@ -52,7 +52,7 @@ from collector.slo.incidents import (
     target_alerts,
 )
 from collector.slo.ledger import SloLedger
-from collector.slo.spec import SloRules, load_rules
+from collector.slo.spec import Objective, SloRules, load_rules
 from collector.sources.dcgm import USED_RATIO
 from collector.sources.scrape import TargetScraper
 from collector.sources.scrapeloop import ScrapeLoops
@@ -247,6 +247,32 @@ class Runtime:
         requests = read_requests(self.store, start, end)
         statuses = evaluate(rules, rows, now_unix, requests, self.business_type_of, self.cost_of)
         return statuses, cache_alerts(rules, rows, now_unix, self.business_type_of)
+
+    def slo_attainment(
+        self, start_unix: int, end_unix: int, cuts: Sequence[int] = ()
+    ) -> tuple[list[tuple[Objective, Events]], list[list[Events]]]:
+        """Every objective's events over the closed period [start, end) and per piece between
+        `cuts` (default: whole days from `start`), read one piece at a time so that memory does not
+        grow with the period. The period's events are the sum of its pieces' (blocking)."""
+        if self.rules is None:
+            return [], []
+        bounds = sorted({start_unix, end_unix, *(c for c in cuts if start_unix < c < end_unix)})
+        if not cuts:
+            bounds = [*range(start_unix, end_unix, 86400), end_unix]
+        pieces: list[list[Events]] = []
+        objectives: list[Objective] = []
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            rows = self.store.read_rows(lo, hi, metrics=self.slo_metrics)
+            requests = read_requests(self.store, lo, hi)
+            events = period_events(self.rules, rows, requests, lo, hi, self.business_type_of, self.cost_of)
+            objectives = [o for o, _ in events]
+            pieces.append([e for _, e in events])
+        if not objectives:
+            objectives = [o for bt in self.rules.business_types for o in bt.objectives]
+        totals = [Events(0.0, 0.0) for _ in objectives]
+        for piece in pieces:
+            totals = [t.plus(e) for t, e in zip(totals, piece, strict=True)]
+        return list(zip(objectives, totals, strict=True)), pieces
 
     def memory_readings(self, now_unix: float) -> list[MemoryReading]:
         """Per deployment of the inventory, from each target's last scrape (if recent): the

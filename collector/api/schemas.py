@@ -21,7 +21,7 @@ from collector.drift.compare import Comparison
 from collector.drift.engine import Finding
 from collector.fleetmap import FleetMap
 from collector.slo.alerts import AlertInstance
-from collector.slo.evaluate import SloStatus, WindowSli, burn
+from collector.slo.evaluate import Events, SloStatus, WindowSli, burn
 from collector.slo.spec import Objective
 from collector.sources.scrape import TargetStatus
 from collector.traces.summary import RequestSummary
@@ -276,6 +276,43 @@ class Slo(BaseModel):
     period: SloWindow
     windows: list[SloWindow]
     pairs: list[SloPair]
+
+
+class SloAttainment(BaseModel):
+    """One objective over a closed period: its events, the share good, the budget it used."""
+
+    slo: str
+    business_type: str
+    sli: str
+    objective: float
+    good: float
+    total: float
+    attainment: float | None  # good / total; null: no events in the period (no data, not 100 %)
+    budget_consumed: float | None  # bad / total over the error budget: 1.0 = all of it
+    met: bool | None
+    exact: bool
+
+
+class SloAttainmentResponse(BaseModel):
+    start_unix: int
+    end_unix: int
+    slos: list[SloAttainment]
+
+
+def attainment_out(o: Objective, e: Events) -> SloAttainment:
+    share = e.good / e.total if e.total > 0 else None
+    return SloAttainment(
+        slo=o.slo,
+        business_type=o.business_type,
+        sli=o.sli,
+        objective=o.objective,
+        good=e.good,
+        total=e.total,
+        attainment=share,
+        budget_consumed=(e.bad / e.total) / o.error_budget if e.total > 0 else None,
+        met=None if share is None else share >= o.objective,
+        exact=e.exact,
+    )
 
 
 class Alert(BaseModel):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +24,7 @@ from collector.config import format_duration
 from collector.slo.evaluate import PairState, SloStatus
 from collector.slo.spec import SloRules
 from collector.store.repository import Store, upsert
+from collector.store.tables import alert_history
 from collector.store.tables import alerts as alerts_table
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,19 @@ class AlertInstance:
         else:
             body["endsAt"] = _iso(now + 4 * resend_interval)
         return body
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One firing of an alert, from the history (ends None: still firing)."""
+
+    alertname: str
+    business_type: str
+    severity: str
+    labels: dict[str, str]
+    summary: str
+    starts_unix: float
+    ends_unix: float | None
 
 
 def _iso(unix: float) -> str:
@@ -142,6 +157,8 @@ class AlertBook:
                     fp, labels, annotations = alert_for(rules, st, ps)
                     wanted[fp] = (labels, annotations)
         changed: list[AlertInstance] = []
+        opened: list[AlertInstance] = []  # started firing: a new episode in the history
+        closed: list[AlertInstance] = []  # stopped firing: its episode ends
         for fp, (labels, annotations) in wanted.items():
             inst = self.instances.get(fp)
             if inst is None or inst.state == "resolved":
@@ -152,6 +169,7 @@ class AlertBook:
             if inst.state == "pending" and now - inst.active_since_unix >= for_seconds:
                 inst.state, inst.starts_at_unix, inst.updated_unix = "firing", now, now
                 inst.attempts, inst.next_attempt_unix = 0, 0.0
+                opened.append(inst)
                 if inst not in changed:
                     changed.append(inst)
         for fp, inst in self.instances.items():
@@ -159,10 +177,12 @@ class AlertBook:
                 was_firing = inst.state == "firing"
                 inst.state, inst.ends_at_unix, inst.updated_unix = "resolved", now, now
                 inst.attempts, inst.next_attempt_unix = 0, 0.0
-                if not was_firing:
+                if was_firing:
+                    closed.append(inst)
+                else:
                     inst.delivered_state = "resolved"  # never announced: nothing to resolve downstream
                 changed.append(inst)
-        self._save(changed)
+        self._save(changed, opened, closed)
         return changed
 
     def due(self, now: float, resend_interval: float) -> list[AlertInstance]:
@@ -196,7 +216,27 @@ class AlertBook:
     def active(self) -> list[AlertInstance]:
         return [i for i in self.instances.values() if i.state in ("pending", "firing")]
 
-    def _save(self, items: list[AlertInstance]) -> None:
+    def episodes(self, start_unix: float, end_unix: float) -> list[Episode]:
+        """Firing episodes that overlap [start, end), oldest first (still firing: no end)."""
+        h = alert_history
+        query = (
+            select(h)
+            .where(h.c.starts_at_unix < end_unix)
+            .where((h.c.ends_at_unix.is_(None)) | (h.c.ends_at_unix >= start_unix))
+            .order_by(h.c.starts_at_unix)
+        )
+        with self.store.engine.connect() as conn:
+            return [
+                Episode(
+                    r.alertname, r.business_type, r.severity, json.loads(r.labels), r.summary, r.starts_at_unix,
+                    r.ends_at_unix,
+                )
+                for r in conn.execute(query)
+            ]  # fmt: skip
+
+    def _save(
+        self, items: list[AlertInstance], opened: Sequence[AlertInstance] = (), closed: Sequence[AlertInstance] = ()
+    ) -> None:
         if not items:
             return
         rows = [
@@ -224,6 +264,30 @@ class AlertBook:
                 ["fingerprint"],
                 [c.name for c in alerts_table.columns if c.name != "fingerprint"],
             )
+            if opened:
+                conn.execute(
+                    alert_history.insert(),
+                    [
+                        {
+                            "fingerprint": i.fingerprint,
+                            "starts_at_unix": i.starts_at_unix,
+                            "alertname": i.labels.get("alertname", ""),
+                            "business_type": i.labels.get("business_type", ""),
+                            "severity": i.labels.get("severity", ""),
+                            "labels": json.dumps(i.labels, sort_keys=True),
+                            "summary": i.annotations.get("summary", ""),
+                            "ends_at_unix": None,
+                        }
+                        for i in opened
+                    ],
+                )
+            for i in closed:
+                conn.execute(
+                    alert_history.update()
+                    .where(alert_history.c.fingerprint == i.fingerprint)
+                    .where(alert_history.c.starts_at_unix == i.starts_at_unix)
+                    .values(ends_at_unix=i.ends_at_unix)
+                )
 
 
 async def deliver(

@@ -371,3 +371,51 @@ def cumulative_events(o: Objective, states: Iterable[tuple[SeriesIdent, Cumulati
                     good += cum.value
         return Events(good, total) if found else None
     return None
+
+
+def period_events(
+    rules: SloRules,
+    rows: Sequence[Row],
+    request_rows: Sequence[tuple[RequestKey, RequestCell]],
+    start: int,
+    end: int,
+    business_type_of: BusinessTypeOf | None = None,
+    cost_of: CostOf | None = None,
+) -> list[tuple[Objective, Events]]:
+    """Each objective's good and total events over a closed period [start, end) (a past week, a
+    day): the same SLIs as the burn-rate windows, with every time slice ending by `end` judged.
+    Events add up across consecutive periods (latency shares are linear in the bucket counts), so
+    a week is the sum of its days."""
+    place: BusinessTypeOf = business_type_of or (lambda _target, model: rules.business_type_of(model))
+    closed_end = end + MINUTE_SECONDS  # the slice functions stop a minute before their `end`
+    by_type: dict[str | None, list[Row]] = defaultdict(list)
+    placed: dict[tuple[str, str], str | None] = {}
+    for r in rows:
+        if not _inside(r, start, end):
+            continue
+        key = (r.cell.target, r.cell.ident.key.model)
+        if key not in placed:
+            placed[key] = place(*key)
+        by_type[placed[key]].append(r)
+    out: list[tuple[Objective, Events]] = []
+    cost_slices: dict[int, dict[int, dict[str, tuple[float, float]]]] = {}
+    for bt in rules.business_types:
+        mine = by_type.get(bt.name, [])
+        requests = [(k, c) for k, c in request_rows if k.business_type == bt.name]
+        for o in bt.objectives:
+            if o.sli == "goodput" or (o.sli == "latency" and o.source == "traces"):
+                out.append((o, _trace_events(o, requests, start, end)))
+            elif o.sli == "cost_ceiling":
+                if cost_of is None:
+                    out.append((o, NO_EVENTS))
+                    continue
+                size = int(o.slice_seconds)
+                if size not in cost_slices:
+                    inside = [r for rs in by_type.values() for r in rs]
+                    cost_slices[size] = {
+                        slot: cost_of(inputs, slot, slot + size) for slot, inputs in slice_inputs(inside, size).items()
+                    }
+                out.append((o, cost_events(o, cost_slices[size], start, closed_end)))
+            else:
+                out.append((o, events_for(o, mine, start, closed_end)))
+    return out

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, delete, event, insert, select, update
+from sqlalchemy import Connection, Engine, create_engine, delete, distinct, event, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
@@ -329,6 +329,25 @@ class Store:
                     ident = idents[sid] = _ident_from_row(row)
                 cell = SeriesCell(row.target_name, ident, row.unit, _cell_from_row(row, ident.kind))
                 out.append(Row(int(row.start_unix), int(row.period_seconds), cell))
+        return out
+
+    def coverage(self, start_unix: int, end_unix: int) -> dict[str, float]:
+        """Per target, the seconds of [start, end) that hold any stored cell (a minute with a good
+        scrape, or a compacted hour): the rest are gaps (target down, collector not running)."""
+        query = (
+            select(targets.c.name, rollups.c.period_seconds, func.count(distinct(rollups.c.start_unix)))
+            .select_from(
+                rollups.join(series, series.c.id == rollups.c.series_id).join(
+                    targets, targets.c.id == series.c.target_id
+                )
+            )
+            .where(rollups.c.start_unix >= start_unix, rollups.c.start_unix < end_unix)
+            .group_by(targets.c.name, rollups.c.period_seconds)
+        )
+        out: dict[str, float] = {}
+        with self.engine.connect() as conn:
+            for name, period, n in conn.execute(query):
+                out[name] = out.get(name, 0.0) + float(period) * int(n)
         return out
 
     def target_names(self) -> list[str]:

@@ -125,3 +125,34 @@ drift_baselines = Table(
     Column("window_seconds", Integer, nullable=False),
     Column("data", Text, nullable=False),
 )
+
+# Alert episodes (collector/slo/alerts.py): one row per firing of an alert instance, kept after
+# it resolves (llmslo_alerts holds only each instance's latest state). The weekly report's
+# incidents section reads them.
+alert_history = Table(
+    "llmslo_alert_history",
+    metadata,
+    Column("fingerprint", String(256), primary_key=True),
+    Column("starts_at_unix", Float, primary_key=True),
+    Column("alertname", String(256), nullable=False),
+    Column("business_type", String(128), nullable=False),
+    Column("severity", String(32), nullable=False),
+    Column("labels", Text, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("ends_at_unix", Float, nullable=True),  # null while firing
+)
+
+# Weekly reports (collector/report): what was built, and how its deliveries went.
+reports = Table(
+    "llmslo_reports",
+    metadata,
+    Column("id", String(64), primary_key=True),  # e.g. 2026-W48 or 20261123T0000-20261130T0000
+    Column("start_unix", BigInteger, nullable=False),
+    Column("end_unix", BigInteger, nullable=False),
+    Column("created_unix", Float, nullable=False),
+    Column("title", String(256), nullable=False),
+    Column("data", Text, nullable=False),  # the report as JSON
+    Column("html", Text, nullable=False),
+    Column("markdown", Text, nullable=False),
+    Column("deliveries", Text, nullable=False),  # JSON: per channel, status, attempts, last error
+)

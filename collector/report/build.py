@@ -1,0 +1,478 @@
+"""Assemble a report from the collector's own answers.
+
+Every headline figure is what the API returns for the same period: the report calls the same
+functions (`Runtime.report_between`, `summarize`, `Runtime.cost_report`, `Runtime.capacity`,
+`Runtime.slo_attainment`) and keeps their API form (`*_out`) under `api`, so a reader can check
+any number with one query. The per-day and per-hour breakdowns read the period one day at a time
+(memory does not grow with the period). A business type with no traffic in a period says so
+(`has_data: false`) instead of showing zeros.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from collector.analytics.serving import UNASSIGNED, LatencyStats, ServingReport, build_report
+from collector.api.schemas import (
+    SloAttainmentResponse,
+    attainment_out,
+    capacity_out,
+    cost_out,
+    engine_breakdown,
+    report_out,
+    summary_out,
+)
+from collector.config import format_duration
+from collector.drift.stats import decumulate, psi
+from collector.report.period import Period
+from collector.rollup import HOUR_SECONDS, SeriesCell, SeriesIdent, add_counts
+from collector.sources.vllm import Kind
+from collector.traces.store import read_requests
+from collector.traces.summary import summarize
+
+if TYPE_CHECKING:
+    from collector.runtime import Runtime
+
+LATENCIES = ("ttft", "tpot", "e2e")
+QUANTS = {0.5: "p50", 0.95: "p95", 0.99: "p99"}
+HOURLY_METRICS = (
+    "ttft",
+    "tpot",
+    "e2e",
+    "request_success",
+    "prompt_length",
+    "generation_length",
+    "num_requests_running",
+)
+DRIFT_ALERT = "LLMSLOWorkloadDrift"
+CAPACITY_LOOKBACK = 28 * 86400  # capacity and its forecasts read the four weeks to the period's end
+
+
+@dataclass
+class _Side:
+    """What one period (this week or the one before) yields, before it is laid out."""
+
+    period: Period
+    serving: ServingReport
+    summary: Any  # RequestSummaryResponse
+    slos: Any  # SloAttainmentResponse
+    days: list[dict[str, Any]]
+    hourly: dict[str, list[dict[str, Any]]]
+    lengths: dict[str, dict[str, dict[tuple[float, ...], list[float]]]]  # bt -> metric -> layout -> counts
+    cost: dict[str, Any] | None  # group_by -> CostResponse (None: no inventory)
+    gateway_by_type: dict[str, float]  # spans per business type
+
+
+def build(rt: Runtime, period: Period, top_tenants: int = 10) -> dict[str, Any]:
+    """The report for `period` with the period before it as the comparison (blocking)."""
+    started = time.perf_counter()
+    this = _side(rt, period, detail=True)
+    before = _side(rt, period.previous(), detail=False)
+    report: dict[str, Any] = {
+        "id": report_id(period),
+        "title": f"LLM serving report, {period.label}",
+        "generated_unix": time.time(),
+        "period": _period_out(period),
+        "previous": _period_out(before.period),
+    }
+    report["slos"] = _slos(this, before)
+    report["business_types"] = _business_types(this, before)
+    report["incidents"] = _incidents(rt, this.period, before.period)
+    report["traffic"] = _traffic(this, before, top_tenants)
+    report["cost"] = _cost(this, before, top_tenants)
+    report["drift"] = _drift(this, before, report["incidents"]["episodes"])
+    report["capacity"] = _capacity(rt, period)
+    report["data_quality"] = _data_quality(rt, this)
+    report["headline"] = _headline(report)
+    report["api"] = {
+        "serving": report_out(format_duration(period.seconds), this.serving).model_dump(mode="json"),
+        "requests_summary": this.summary.model_dump(mode="json"),
+        "slos": this.slos.model_dump(mode="json"),
+        "cost": this.cost,
+    }
+    report["build_seconds"] = round(time.perf_counter() - started, 3)
+    return report
+
+
+def report_id(period: Period) -> str:
+    return period.label.replace(" ", "_") if "W" in period.label else f"{period.start}-{period.end}"
+
+
+def _period_out(p: Period) -> dict[str, Any]:
+    return {"start_unix": p.start, "end_unix": p.end, "label": p.label, "timezone": p.timezone}
+
+
+# --- reading one period ---------------------------------------------------------------------------
+
+
+def _side(rt: Runtime, period: Period, detail: bool) -> _Side:
+    lo, hi = period.start, period.end
+    serving = rt.report_between(lo, hi)
+    requests = read_requests(rt.store, lo, hi)
+    summary = summary_out(format_duration(max(60, hi - lo)), lo, hi, summarize(requests), engine_breakdown(serving))
+    gateway_by_type: dict[str, float] = defaultdict(float)
+    for key, cell in requests:
+        gateway_by_type[key.business_type] += cell.total
+    del requests
+    days = period.days()
+    objectives, pieces = rt.slo_attainment(lo, hi, [d[1] for d in days])
+    slos = SloAttainmentResponse(start_unix=lo, end_unix=hi, slos=[attainment_out(o, e) for o, e in objectives])
+    day_rows: list[dict[str, Any]] = []
+    hourly: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    lengths: dict[str, dict[str, dict[tuple[float, ...], list[float]]]] = defaultdict(lambda: defaultdict(dict))
+    for index, (name, dlo, dhi) in enumerate(days):
+        hours = _hours(rt, dlo, dhi, lengths)
+        day_report = _merged_report(rt, hours, dlo, dhi)
+        slo_day = {o.slo: e for (o, _), e in zip(objectives, pieces[index], strict=True)} if pieces else {}
+        day_rows.append(
+            {
+                "day": name,
+                "start_unix": dlo,
+                "end_unix": dhi,
+                "business_types": {b.business_type: _brief(b.stats) for b in day_report.business_types},
+                "slo_events": {k: {"good": e.good, "total": e.total} for k, e in slo_day.items()},
+            }
+        )
+        if detail:
+            for hour_start, cells in sorted(hours.items()):
+                hr = build_report(
+                    list(cells.values()), HOUR_SECONDS, hour_start, hour_start + HOUR_SECONDS, rt.business_type_of
+                )
+                for b in hr.business_types:
+                    hourly[b.business_type].append({"start_unix": hour_start, **_brief(b.stats)})
+    cost = None
+    if rt.inventory:
+        report = rt.cost_report(lo, hi)
+        cost = {
+            group: cost_out(report, group, rt.cost_lines(report, group)).model_dump(mode="json")
+            for group in ("business_type", "deployment", "model", "tenant")
+        }
+        if detail:
+            daily = []
+            for name, dlo, dhi in days:
+                day = rt.cost_report(dlo, dhi)
+                lines = rt.cost_lines(day, "business_type")
+                tokens = sum(line.prompt_tokens + line.output_tokens for line in lines.values())
+                daily.append(
+                    {
+                        "day": name,
+                        "allocated_usd": day.allocated_usd,
+                        "by_business_type": {k: v.total_usd for k, v in sorted(lines.items())},
+                        "tokens": tokens,
+                        "usd_per_million_tokens": day.allocated_usd / tokens * 1e6 if tokens > 0 else None,
+                    }
+                )
+            cost["daily"] = daily  # type: ignore[assignment]
+    return _Side(period, serving, summary, slos, day_rows, dict(hourly), lengths, cost, dict(gateway_by_type))
+
+
+def _hours(
+    rt: Runtime,
+    lo: int,
+    hi: int,
+    lengths: dict[str, dict[str, dict[tuple[float, ...], list[float]]]],
+) -> dict[int, dict[tuple[str, SeriesIdent], SeriesCell]]:
+    """One day's cells merged per hour (minute cells into their hour; compacted hours as they
+    are), and the length histograms added into `lengths` per business type."""
+    hours: dict[int, dict[tuple[str, SeriesIdent], SeriesCell]] = defaultdict(dict)
+    placed: dict[tuple[str, str], str] = {}
+    for row in rt.store.read_rows(lo, hi, metrics=HOURLY_METRICS):
+        if row.start_unix + row.period_seconds > hi:
+            continue  # an hour cell reaching past the day (a zone with a half-hour offset)
+        sc = row.cell
+        slot = row.start_unix - (row.start_unix - lo) % HOUR_SECONDS
+        cells = hours[slot]
+        key = (sc.target, sc.ident)
+        have = cells.get(key)
+        if have is None:
+            cells[key] = SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
+        else:
+            have.cell.merge(sc.cell)
+        metric = sc.ident.key.metric
+        if metric in ("prompt_length", "generation_length") and sc.ident.kind is Kind.HISTOGRAM and sc.cell.buckets:
+            pair = (sc.target, sc.ident.key.model)
+            if pair not in placed:
+                placed[pair] = rt.business_type_of(*pair) or UNASSIGNED
+            add_counts(lengths[placed[pair]][metric], sc.ident.bounds, sc.cell.buckets)
+    return hours
+
+
+def _merged_report(
+    rt: Runtime, hours: dict[int, dict[tuple[str, SeriesIdent], SeriesCell]], lo: int, hi: int
+) -> ServingReport:
+    merged: dict[tuple[str, SeriesIdent], SeriesCell] = {}
+    for cells in hours.values():
+        for key, sc in cells.items():
+            have = merged.get(key)
+            if have is None:
+                merged[key] = SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
+            else:
+                have.cell.merge(sc.cell)
+    return build_report(list(merged.values()), hi - lo, lo, hi, rt.business_type_of)
+
+
+def _quantiles(lat: LatencyStats | None) -> dict[str, float | None]:
+    out: dict[str, float | None] = {name: None for name in QUANTS.values()}
+    if lat is None or lat.count <= 0:
+        return out
+    for q in lat.quantiles:
+        if q.quantile in QUANTS:
+            out[QUANTS[q.quantile]] = q.value
+    return out
+
+
+def _brief(stats: Any) -> dict[str, Any]:
+    """Requests and the latency quantiles of one group over one slice of time."""
+    return {
+        "requests": stats.requests or 0.0,
+        "error_ratio": stats.error_ratio,
+        **{m: _quantiles(stats.latencies.get(m)) for m in LATENCIES},
+        "peak_running": stats.requests_running.max if stats.requests_running is not None else None,
+    }
+
+
+# --- sections -------------------------------------------------------------------------------------
+
+
+def _slos(this: _Side, before: _Side) -> list[dict[str, Any]]:
+    previous = {s.slo: s for s in before.slos.slos}
+    out = []
+    for s in this.slos.slos:
+        p = previous.get(s.slo)
+        days = []
+        for d in this.days:
+            e = d["slo_events"].get(s.slo, {"good": 0.0, "total": 0.0})
+            bad = e["total"] - e["good"]
+            allowed = (1 - s.objective) * s.total  # the week's budget, in events
+            days.append(
+                {
+                    "day": d["day"],
+                    "good": e["good"],
+                    "total": e["total"],
+                    "bad": bad,
+                    "budget_share": bad / allowed if allowed > 0 else None,  # of the week's budget
+                }
+            )
+        burned = [d for d in days if d["budget_share"]]
+        worst = max(burned, key=lambda d: d["budget_share"]) if burned else None
+        out.append(
+            {
+                **s.model_dump(mode="json"),
+                "status": "no data" if s.attainment is None else ("met" if s.met else "missed"),
+                "previous_attainment": p.attainment if p is not None else None,
+                "previous_budget_consumed": p.budget_consumed if p is not None else None,
+                "days": days,
+                "worst_day": worst["day"] if worst else None,
+            }
+        )
+    return out
+
+
+def _business_types(this: _Side, before: _Side) -> dict[str, Any]:
+    prev = {b.business_type: b.stats for b in before.serving.business_types}
+    names = sorted({b.business_type for b in this.serving.business_types} | set(prev) | _configured(this))
+    now = {b.business_type: b.stats for b in this.serving.business_types}
+    out: dict[str, Any] = {}
+    for name in names:
+        cur, old = now.get(name), prev.get(name)
+        out[name] = {
+            "has_data": bool(cur and cur.requests),
+            "previous_has_data": bool(old and old.requests),
+            "requests": cur.requests if cur else None,
+            "previous_requests": old.requests if old else None,
+            "prompt_tokens": cur.prompt_tokens if cur else None,
+            "generation_tokens": cur.generation_tokens if cur else None,
+            "error_ratio": cur.error_ratio if cur else None,
+            "previous_error_ratio": old.error_ratio if old else None,
+            "prefix_cache_hit_ratio": cur.prefix_cache_hit_ratio if cur else None,
+            "latency": {m: _quantiles(cur.latencies.get(m)) if cur else _quantiles(None) for m in LATENCIES},
+            "previous_latency": {m: _quantiles(old.latencies.get(m)) if old else _quantiles(None) for m in LATENCIES},
+            "days": [{"day": d["day"], **d["business_types"].get(name, {"requests": 0.0})} for d in this.days],
+            "hourly": this.hourly.get(name, []),
+            "thresholds": {},
+        }
+    return out
+
+
+def _configured(side: _Side) -> set[str]:
+    return {s.business_type for s in side.slos.slos}
+
+
+def _incidents(rt: Runtime, this: Period, before: Period) -> dict[str, Any]:
+    episodes = rt.alerts.episodes(this.start, this.end) if rt.rules is not None else []
+    earlier = rt.alerts.episodes(before.start, before.end) if rt.rules is not None else []
+    rows: list[dict[str, Any]] = []
+    for e in episodes:
+        end = e.ends_unix
+        rows.append(
+            {
+                "alertname": e.alertname,
+                "business_type": e.business_type,
+                "severity": e.severity,
+                "summary": e.summary,
+                "labels": e.labels,
+                "starts_unix": e.starts_unix,
+                "ends_unix": end,
+                "duration_seconds": (end - e.starts_unix) if end is not None else None,
+                "ongoing": end is None,
+            }
+        )
+    durations = [float(e.ends_unix - e.starts_unix) for e in episodes if e.ends_unix is not None]
+    by_severity: dict[str, int] = defaultdict(int)
+    for e in episodes:
+        by_severity[e.severity or "none"] += 1
+    return {
+        "episodes": rows,
+        "count": len(rows),
+        "previous_count": len(earlier),
+        "by_severity": dict(by_severity),
+        "mean_time_to_resolve_seconds": sum(durations) / len(durations) if durations else None,
+        "longest_seconds": max(durations) if durations else None,
+    }
+
+
+def _traffic(this: _Side, before: _Side, top: int) -> dict[str, Any]:
+    by_model: dict[str, float] = defaultdict(float)
+    for g in this.serving.groups:
+        by_model[g.model] += g.stats.requests or 0.0
+    summary = this.summary
+    tenants = sorted(summary.tenants.items(), key=lambda kv: -kv[1])
+    return {
+        "engine_requests": sum(b.stats.requests or 0.0 for b in this.serving.business_types),
+        "previous_engine_requests": sum(b.stats.requests or 0.0 for b in before.serving.business_types),
+        "prompt_tokens": sum(b.stats.prompt_tokens or 0.0 for b in this.serving.business_types),
+        "generation_tokens": sum(b.stats.generation_tokens or 0.0 for b in this.serving.business_types),
+        "by_model": dict(sorted(by_model.items(), key=lambda kv: -kv[1])),
+        "gateway_requests": summary.requests,
+        "previous_gateway_requests": before.summary.requests,
+        "gateway_input_tokens": summary.input_tokens,
+        "gateway_output_tokens": summary.output_tokens,
+        "tenants": len(tenants),
+        "top_tenants": dict(tenants[:top]),
+    }
+
+
+def _cost(this: _Side, before: _Side, top: int) -> dict[str, Any]:
+    if this.cost is None:
+        return {"available": False, "why": "no deployments: configure `deployments:` with GPU prices"}
+    by_type = this.cost["business_type"]
+    prev = before.cost["business_type"] if before.cost else None
+    totals = _totals(by_type)
+    prev_totals = _totals(prev) if prev else None
+    tenants = this.cost["tenant"]["groups"][:top]
+    return {
+        "available": True,
+        "allocated_usd": by_type["allocated_usd"],
+        "previous_allocated_usd": prev["allocated_usd"] if prev else None,
+        **totals,
+        "previous": prev_totals,
+        "by_business_type": by_type["groups"],
+        "by_model": this.cost["model"]["groups"],
+        "by_deployment": by_type["deployments"],
+        "top_tenants": tenants,
+        "daily": this.cost.get("daily", []),
+        "unpriced_targets": by_type["unpriced_targets"],
+    }
+
+
+def _totals(resp: dict[str, Any]) -> dict[str, Any]:
+    deps = resp["deployments"]
+    busy = sum(d["busy_usd"] for d in deps)
+    idle = sum(d["idle_usd"] for d in deps)
+    lines = [d["totals"] for d in deps]
+    requests = sum(x["requests"] for x in lines)
+    tokens = sum(x["prompt_tokens"] + x["output_tokens"] for x in lines)
+    api = [x["api_usd"] for x in lines if x["api_usd"] is not None]
+    allocated = resp["allocated_usd"]
+    return {
+        "busy_usd": busy,
+        "idle_usd": idle,
+        "requests": requests,
+        "tokens": tokens,
+        "usd_per_1k_requests": allocated / requests * 1000 if requests > 0 else None,
+        "usd_per_million_tokens": allocated / tokens * 1e6 if tokens > 0 else None,
+        "cache_savings_usd": sum(x["cache_savings_usd"] for x in lines),
+        "api_usd": sum(api) if api else None,
+    }
+
+
+def _drift(this: _Side, before: _Side, episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The week's drift alerts, and each business type's length distributions against the week
+    before (PSI on the shared bucket layout: vLLM's token buckets are fixed per release)."""
+    shifts = []
+    for bt, metrics in sorted(this.lengths.items()):
+        for metric, layouts in sorted(metrics.items()):
+            bounds, counts = max(layouts.items(), key=lambda kv: kv[1][-1])
+            old = before.lengths.get(bt, {}).get(metric, {}).get(bounds)
+            cur = decumulate(counts)
+            entry: dict[str, Any] = {
+                "business_type": bt,
+                "signal": metric,
+                "bounds": list(bounds),
+                "counts": cur,
+                "previous_counts": decumulate(old) if old else None,
+                "psi": None,
+            }
+            if old and old[-1] > 0 and counts[-1] > 0:
+                entry["psi"] = psi(decumulate(old), cur)
+            shifts.append(entry)
+    return {"alerts": [e for e in episodes if e["alertname"] == DRIFT_ALERT], "length_shifts": shifts}
+
+
+def _capacity(rt: Runtime, period: Period) -> dict[str, Any]:
+    if not rt.inventory:
+        return {"available": False, "why": "no deployments: configure `deployments:` to size them"}
+    start = period.end - CAPACITY_LOOKBACK
+    resp = capacity_out(start, period.end, rt.capacity(start, period.end)).model_dump(mode="json")
+    return {"available": True, **resp}
+
+
+def _data_quality(rt: Runtime, this: _Side) -> dict[str, Any]:
+    p = this.period
+    covered = rt.store.coverage(p.start, p.end)
+    names = sorted(set(rt.targets) | set(covered))
+    targets: list[dict[str, Any]] = []
+    for name in names:
+        seconds = covered.get(name, 0.0)
+        targets.append(
+            {
+                "target": name,
+                "configured": name in rt.targets,
+                "coverage": min(1.0, seconds / p.seconds),
+                "missing_seconds": max(0.0, p.seconds - seconds),
+            }
+        )
+    unassigned = next((b.stats for b in this.serving.business_types if b.business_type == UNASSIGNED), None)
+    return {
+        "targets": targets,
+        "targets_with_gaps": sum(1 for t in targets if t["coverage"] < 0.99),
+        "unassigned_models": [f"{t}/{m}" for t, m in rt.fleet.unassigned()],
+        "unassigned_engine_requests": unassigned.requests if unassigned else 0.0,
+        "unassigned_gateway_requests": this.gateway_by_type.get(UNASSIGNED, 0.0),
+    }
+
+
+def _headline(report: dict[str, Any]) -> list[dict[str, Any]]:
+    def line(name: str, value: Any, previous: Any, unit: str) -> dict[str, Any]:
+        return {"name": name, "value": value, "previous": previous, "unit": unit}
+
+    judged = [s for s in report["slos"] if s["status"] != "no data"]
+    traffic, cost, incidents = report["traffic"], report["cost"], report["incidents"]
+    lines = [
+        line("Requests (engines)", traffic["engine_requests"], traffic["previous_engine_requests"], "count"),
+        line("SLOs met", sum(1 for s in judged if s["status"] == "met"), None, f"of {len(judged)}"),
+        line("Incidents", incidents["count"], incidents["previous_count"], "count"),
+    ]
+    if cost["available"]:
+        prev = cost["previous"] or {}
+        idle = cost["idle_usd"] / cost["allocated_usd"] if cost["allocated_usd"] else None
+        lines += [
+            line("Cost", cost["allocated_usd"], cost["previous_allocated_usd"], "usd"),
+            line("Cost per 1k requests", cost["usd_per_1k_requests"], prev.get("usd_per_1k_requests"), "usd"),
+            line("Cost per 1M tokens", cost["usd_per_million_tokens"], prev.get("usd_per_million_tokens"), "usd"),
+            line("Idle share of cost", idle, None, "ratio"),
+        ]
+    return lines
