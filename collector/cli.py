@@ -237,6 +237,60 @@ def cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """The weekly capacity and cost report for a week or period, from the configured database:
+    written to --out (or stdout); --store keeps it for /reports/<id>, --deliver sends it too."""
+    from collector.report.period import PeriodError, between, parse_instant, parse_week
+    from collector.report.service import ReportService, render
+
+    rt = _offline_runtime(args, inventory=False)
+    if rt is None:
+        return 2
+    tz = args.timezone or rt.settings.report.timezone
+    try:
+        if args.start or args.end:
+            if not (args.start and args.end):
+                raise PeriodError("give both --start and --end, or --week")
+            period = between(parse_instant(args.start, tz), parse_instant(args.end, tz), tz)
+        else:
+            period = parse_week(args.week, tz, time.time())
+    except (PeriodError, KeyError) as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        rt.store.close()
+        return 2
+    service = ReportService(rt)
+    started = time.perf_counter()
+    try:
+        built = service.generate(period) if args.store or args.deliver else render(rt, period)
+        delivered: dict[str, bool] = {}
+        if args.deliver:
+            delivered = asyncio.run(_deliver(service, built))
+    finally:
+        rt.store.close()
+    body = {"html": built.html, "md": built.markdown, "json": json.dumps(built.data, indent=2)}[args.format]
+    if args.out:
+        Path(args.out).write_text(body, encoding="utf-8")
+        print(
+            f"report {built.id} ({period.label}, {args.format}) written to {args.out} "
+            f"in {time.perf_counter() - started:.1f} s",
+            file=sys.stderr,
+        )
+    else:
+        sys.stdout.write(body)
+    failed = [name for name, ok in delivered.items() if not ok]
+    if failed:
+        print(f"report: delivery failed by {', '.join(failed)} (see /api/v1/reports)", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _deliver(service: Any, built: Any) -> dict[str, bool]:
+    try:
+        return dict(await service.deliver(built))
+    finally:
+        await service.rt.client.aclose()
+
+
 def cmd_capacity(args: argparse.Namespace) -> int:
     """Capacity per deployment over a window (the same as /api/v1/capacity)."""
     from collector.api.schemas import capacity_out
@@ -647,7 +701,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     version = args.vllm_version or scenario.spec.vllm_version
     if args.fast:
         from collector.config import parse_duration
-        from collector.sim.fastclock import run_into_store
+        from collector.sim.fastclock import run_into_store, store_spans
         from collector.store.repository import Store
 
         store = Store(args.database or "sqlite:///data/simulated.db")
@@ -655,9 +709,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         run = run_into_store(
             scenario, store, parse_duration(args.fast), parse_duration(args.scrape_interval), version=version
         )
+        spans = store_spans(run, store, scenario.start_unix) if args.spans else 0
         print(
             f"simulated {args.fast} in {time.perf_counter() - started:.1f} s: {len(run.requests)} requests, "
-            f"{sum(s.status.scrapes_total for s in run.scrapers.values())} scrapes into {store.url}"
+            f"{sum(s.status.scrapes_total for s in run.scrapers.values())} scrapes"
+            + (f", {spans} gateway spans" if args.spans else "")
+            + f" into {store.url}"
         )
         store.close()
         return 0
@@ -765,6 +822,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_config(
         sub.add_parser(
+            "report",
+            help="the weekly capacity and cost report (HTML with charts, Markdown or JSON)",
+            epilog="examples: llmslo report --week last --out report.html; llmslo report --week 2026-W48 "
+            "--format md; llmslo report --start 2026-11-01 --end 2026-12-01 --format json",
+        )
+    )
+    p.add_argument("--week", default="last", help="last (default), this, or an ISO week such as 2026-W48")
+    p.add_argument("--start", help="instead of --week: a date, RFC 3339 time or unix seconds")
+    p.add_argument("--end", help="with --start, exclusive")
+    p.add_argument("--timezone", help="weeks and days start at midnight here (default: report.timezone)")
+    p.add_argument("--format", choices=["html", "md", "json"], default="html")
+    p.add_argument("--out", help="write to this file (default: stdout)")
+    p.add_argument("--store", action="store_true", help="keep it in the database (served at /reports/<id>)")
+    p.add_argument("--deliver", action="store_true", help="store it and send it by the configured webhook/SMTP")
+    p.set_defaults(func=cmd_report)
+
+    p = with_config(
+        sub.add_parser(
             "drift",
             help="workload drift per business type and signal, from the database; `drift pin` stores a baseline",
             epilog="examples: llmslo drift --config llmslo.yaml; llmslo drift pin --name before-v2 --start "
@@ -826,6 +901,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fast", help="simulate this long (e.g. 6h) on a virtual clock into --database")
     p.add_argument("--database", help="database URL for --fast (default sqlite:///data/simulated.db)")
     p.add_argument("--scrape-interval", default="15s", help="how often --fast scrapes each replica (default 15s)")
+    p.add_argument("--spans", action="store_true", help="--fast: also store one gateway span per request")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("demo", help="simulator + collector + live view: healthy, an incident, recovery")

@@ -7,12 +7,13 @@ The scheduler and the API both talk to this object; the work itself lives in pla
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import ParamSpec
+from typing import Any, ParamSpec
 
 import certifi
 import httpx
@@ -185,6 +186,14 @@ class Runtime:
 
         return run
 
+    def background(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run `work` beside the request that asked for it (a report's deliveries); shutdown
+        waits for it like a scheduled job."""
+        task = asyncio.get_running_loop().create_task(work)
+        self.inflight.add(task)
+        task.add_done_callback(self.inflight.discard)
+        return task
+
     async def drain(self) -> None:
         """Let in-flight jobs finish (each scrape is bounded by its timeout)."""
         if self.inflight:
@@ -261,7 +270,7 @@ class Runtime:
             bounds = [*range(start_unix, end_unix, 86400), end_unix]
         pieces: list[list[Events]] = []
         objectives: list[Objective] = []
-        for lo, hi in zip(bounds, bounds[1:], strict=False):
+        for lo, hi in itertools.pairwise(bounds):
             rows = self.store.read_rows(lo, hi, metrics=self.slo_metrics)
             requests = read_requests(self.store, lo, hi)
             events = period_events(self.rules, rows, requests, lo, hi, self.business_type_of, self.cost_of)

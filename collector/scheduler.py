@@ -11,6 +11,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from collector.runtime import Runtime
@@ -47,6 +48,15 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
             id="slo",
             next_run_time=now + timedelta(seconds=5),
         )
+    report = runtime.settings.report
+    if report.enabled:
+        scheduler.add_job(
+            runtime.tracked(_weekly_report),
+            report_trigger(runtime),
+            args=[runtime],
+            id="report",
+            misfire_grace_time=6 * 3600,  # a collector down at 08:00 still sends it when it is back that morning
+        )
     scheduler.add_job(
         runtime.tracked(_compact),
         IntervalTrigger(seconds=runtime.settings.retention.compaction_interval),
@@ -55,6 +65,22 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
         next_run_time=now + timedelta(seconds=30),
     )
     return scheduler
+
+
+def report_trigger(runtime: Runtime) -> CronTrigger:
+    """`report.schedule_day` at `report.schedule_time`, in `report.timezone`."""
+    report = runtime.settings.report
+    hour, minute = (int(x) for x in report.schedule_time.split(":"))
+    return CronTrigger(day_of_week=report.schedule_day, hour=hour, minute=minute, timezone=report.timezone)
+
+
+async def _weekly_report(runtime: Runtime) -> None:
+    from collector.report.service import ReportService
+
+    try:
+        await ReportService(runtime).run_scheduled()
+    except Exception:
+        log.exception("the weekly report failed; `llmslo report --week last` builds it by hand")
 
 
 async def _derive(runtime: Runtime) -> None:

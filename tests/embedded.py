@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -29,3 +30,10 @@ def serving(app: FastAPI, port: int) -> Iterator[EmbeddedServer]:
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -23,11 +23,15 @@ from collector.api.schemas import (
     CompareResponse,
     CostResponse,
     DriftResponse,
+    ReportEntry,
+    ReportsResponse,
     RequestSummaryResponse,
     ServingResponse,
+    SloAttainmentResponse,
     SlosResponse,
     TargetsResponse,
     alert_out,
+    attainment_out,
     capacity_out,
     compare_out,
     cost_out,
@@ -40,6 +44,8 @@ from collector.api.schemas import (
 )
 from collector.config import Settings, format_duration, parse_duration
 from collector.drift.compare import Selector, SelectorError
+from collector.report.period import PeriodError, between, parse_week
+from collector.report.service import ReportService
 from collector.runtime import Runtime, window_bounds
 from collector.scheduler import build_scheduler
 from collector.traces.grpc_server import start_grpc
@@ -129,6 +135,12 @@ def period(now: float, window: str, start: int | None, end: int | None) -> tuple
     elif start is None:
         start = max(0, end - int(window_seconds(window)))
     return start, max(start, end)
+
+
+def _stored(body: str | None, media_type: str) -> Response:
+    if body is None:
+        raise HTTPException(404, "no stored report with this id (GET /api/v1/reports lists them)")
+    return Response(body, media_type=f"{media_type}; charset=utf-8")
 
 
 def window_seconds(window: str) -> float:
@@ -390,6 +402,64 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         lo, hi = period(rt.now(), window, start, end) or window_bounds(rt.now(), window_seconds(window))
         result = await asyncio.to_thread(rt.compare, base, cand, lo, hi)
         return compare_out(result)
+
+    @app.get("/api/v1/slos/attainment", response_model=SloAttainmentResponse, tags=["slo"])
+    async def slo_attainment(
+        rt: RuntimeDep, window: WindowQuery = "1w", start: StartQuery = None, end: EndQuery = None
+    ) -> SloAttainmentResponse:
+        """Each objective over a closed period (default: the week to the end of the last whole
+        minute): good and total events, attainment, the share of its error budget used. A period
+        without events says null (no data), never 100 %."""
+        lo, hi = period(rt.now(), window, start, end) or window_bounds(rt.now(), window_seconds(window))
+        objectives, _ = await asyncio.to_thread(rt.slo_attainment, lo, hi)
+        return SloAttainmentResponse(start_unix=lo, end_unix=hi, slos=[attainment_out(o, e) for o, e in objectives])
+
+    @app.get("/api/v1/reports", response_model=ReportsResponse, tags=["reports"])
+    async def list_reports(rt: RuntimeDep) -> ReportsResponse:
+        """Stored reports, newest first, with each delivery channel's state."""
+        rows = await asyncio.to_thread(ReportService(rt).list)
+        return ReportsResponse(reports=[ReportEntry(**r) for r in rows])
+
+    @app.post("/api/v1/reports", response_model=ReportEntry, tags=["reports"])
+    async def create_report(
+        rt: RuntimeDep,
+        week: Annotated[str, Query(pattern=r"^(last|this|\d{4}-W\d{2})$")] = "last",
+        start: StartQuery = None,
+        end: EndQuery = None,
+        deliver: bool = False,
+    ) -> ReportEntry:
+        """Build and store the report for a week (or [start, end)); with `deliver`, send it by
+        the configured channels in the background (their state shows in GET /api/v1/reports)."""
+        tz = rt.settings.report.timezone
+        try:
+            if start is not None or end is not None:
+                if start is None or end is None:
+                    raise PeriodError("give both start and end, or week")
+                chosen = between(start, end, tz)
+            else:
+                chosen = parse_week(week, tz, rt.now())
+        except PeriodError as exc:
+            raise HTTPException(422, str(exc)) from None
+        service = ReportService(rt)
+        built = await asyncio.to_thread(service.generate, chosen)
+        if deliver:
+            rt.background(service.deliver(built))
+        entry = next(r for r in await asyncio.to_thread(service.list) if r["id"] == built.id)
+        return ReportEntry(**entry)
+
+    @app.get("/api/v1/reports/{report_id}", tags=["reports"])
+    async def report_json(rt: RuntimeDep, report_id: str) -> Response:
+        """The report's data as JSON (every figure of the HTML and Markdown forms)."""
+        return _stored(await asyncio.to_thread(ReportService(rt).get, report_id, "data"), "application/json")
+
+    @app.get("/reports/{report_id}.md", tags=["reports"], response_class=Response)
+    async def report_markdown(rt: RuntimeDep, report_id: str) -> Response:
+        return _stored(await asyncio.to_thread(ReportService(rt).get, report_id, "markdown"), "text/markdown")
+
+    @app.get("/reports/{report_id}", tags=["reports"], response_class=Response)
+    async def report_html(rt: RuntimeDep, report_id: str) -> Response:
+        """The report page: charts inline, no JavaScript, printable."""
+        return _stored(await asyncio.to_thread(ReportService(rt).get, report_id, "html"), "text/html")
 
     @app.get("/api/v1/slos", response_model=SlosResponse, tags=["slo"])
     async def slos(rt: RuntimeDep, business_type: str | None = None) -> SlosResponse:

@@ -6,6 +6,7 @@ JSON has no infinity: an upper bucket bound of +Inf is sent as null with `above_
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -297,6 +298,20 @@ class SloAttainmentResponse(BaseModel):
     start_unix: int
     end_unix: int
     slos: list[SloAttainment]
+
+
+class ReportEntry(BaseModel):
+    id: str
+    title: str
+    start_unix: int
+    end_unix: int
+    created_unix: float
+    deliveries: dict[str, dict[str, Any]]  # per channel: status, attempts, last_error, delivered_unix
+    url: str  # the HTML page (/reports/<id>; + .md for Markdown; /api/v1/reports/<id> for JSON)
+
+
+class ReportsResponse(BaseModel):
+    reports: list[ReportEntry]
 
 
 def attainment_out(o: Objective, e: Events) -> SloAttainment:

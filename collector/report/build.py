@@ -45,7 +45,7 @@ HOURLY_METRICS = (
     "request_success",
     "prompt_length",
     "generation_length",
-    "num_requests_running",
+    "requests_running",
 )
 DRIFT_ALERT = "LLMSLOWorkloadDrift"
 CAPACITY_LOOKBACK = 28 * 86400  # capacity and its forecasts read the four weeks to the period's end
@@ -79,7 +79,7 @@ def build(rt: Runtime, period: Period, top_tenants: int = 10) -> dict[str, Any]:
         "previous": _period_out(before.period),
     }
     report["slos"] = _slos(this, before)
-    report["business_types"] = _business_types(this, before)
+    report["business_types"] = _business_types(this, before, _thresholds(rt))
     report["incidents"] = _incidents(rt, this.period, before.period)
     report["traffic"] = _traffic(this, before, top_tenants)
     report["cost"] = _cost(this, before, top_tenants)
@@ -271,7 +271,18 @@ def _slos(this: _Side, before: _Side) -> list[dict[str, Any]]:
     return out
 
 
-def _business_types(this: _Side, before: _Side) -> dict[str, Any]:
+def _thresholds(rt: Runtime) -> dict[str, dict[str, float]]:
+    """Each business type's latency thresholds from its SLOs (the tightest per metric)."""
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for bt in rt.rules.business_types if rt.rules is not None else []:
+        for o in bt.objectives:
+            if o.sli == "latency" and o.metric in LATENCIES and o.threshold_seconds is not None:
+                have = out[bt.name].get(o.metric)
+                out[bt.name][o.metric] = o.threshold_seconds if have is None else min(have, o.threshold_seconds)
+    return out
+
+
+def _business_types(this: _Side, before: _Side, thresholds: dict[str, dict[str, float]]) -> dict[str, Any]:
     prev = {b.business_type: b.stats for b in before.serving.business_types}
     names = sorted({b.business_type for b in this.serving.business_types} | set(prev) | _configured(this))
     now = {b.business_type: b.stats for b in this.serving.business_types}
@@ -292,7 +303,7 @@ def _business_types(this: _Side, before: _Side) -> dict[str, Any]:
             "previous_latency": {m: _quantiles(old.latencies.get(m)) if old else _quantiles(None) for m in LATENCIES},
             "days": [{"day": d["day"], **d["business_types"].get(name, {"requests": 0.0})} for d in this.days],
             "hourly": this.hourly.get(name, []),
-            "thresholds": {},
+            "thresholds": thresholds.get(name, {}),
         }
     return out
 
@@ -432,8 +443,9 @@ def _capacity(rt: Runtime, period: Period) -> dict[str, Any]:
 
 def _data_quality(rt: Runtime, this: _Side) -> dict[str, Any]:
     p = this.period
-    covered = rt.store.coverage(p.start, p.end)
-    names = sorted(set(rt.targets) | set(covered))
+    names = sorted(set(rt.targets) | set(rt.store.target_names()))
+    intervals = {name: rt.settings.target_interval(t) for name, t in rt.targets.items()}
+    covered = rt.store.coverage(p.start, p.end, intervals)
     targets: list[dict[str, Any]] = []
     for name in names:
         seconds = covered.get(name, 0.0)

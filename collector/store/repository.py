@@ -331,9 +331,11 @@ class Store:
                 out.append(Row(int(row.start_unix), int(row.period_seconds), cell))
         return out
 
-    def coverage(self, start_unix: int, end_unix: int) -> dict[str, float]:
-        """Per target, the seconds of [start, end) that hold any stored cell (a minute with a good
-        scrape, or a compacted hour): the rest are gaps (target down, collector not running)."""
+    def coverage(self, start_unix: int, end_unix: int, intervals: dict[str, float] | None = None) -> dict[str, float]:
+        """Per target, the seconds of [start, end) that hold any stored cell: a minute with a good
+        scrape counts the target's scrape interval (one minute in five holds a 5m scrape), a
+        compacted hour counts whole. The rest are gaps (target down, collector not running); after
+        compaction, gaps shorter than an hour no longer show."""
         query = (
             select(targets.c.name, rollups.c.period_seconds, func.count(distinct(rollups.c.start_unix)))
             .select_from(
@@ -347,7 +349,8 @@ class Store:
         out: dict[str, float] = {}
         with self.engine.connect() as conn:
             for name, period, n in conn.execute(query):
-                out[name] = out.get(name, 0.0) + float(period) * int(n)
+                step = float(period) if period != MINUTE_SECONDS else max(60.0, (intervals or {}).get(name, 60.0))
+                out[name] = out.get(name, 0.0) + step * int(n)
         return out
 
     def target_names(self) -> list[str]:

@@ -1,0 +1,389 @@
+"""The weekly report on two simulated weeks (ISO 2026-W47 quiet, 2026-W48 with an error burst, a
+replica down for three hours and a prompt-length shift), fed through the collector's own
+ingestion, evaluated by its SLO evaluator, compacted as `serve` would have by Monday 08:00, and
+checked: against the simulator's ground truth, against the API over real HTTP, in headless
+Chromium, as Markdown, and delivered to a real SMTP server and a webhook."""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import email.policy
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+from email.message import EmailMessage
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from collector.api.app import create_app
+from collector.config import DeploymentConfig, ReportConfig, ScrapeConfig, Settings, SmtpConfig
+from collector.report.period import parse_week
+from collector.report.service import ReportService
+from collector.runtime import Runtime
+from collector.scheduler import build_scheduler
+from collector.sim.fastclock import run_into_store, store_spans, targets_for
+from collector.sim.scenario import load_scenario
+from collector.store.repository import Store
+from tests.embedded import free_port, serving
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).parent
+DAY = 86400
+STEP = 300.0  # the simulated fleet is scraped every 5 minutes
+BURST = (7 * DAY + 120 * 60, 7 * DAY + 150 * 60)  # chat errors at 50 %, W48 Monday 02:00-02:30
+DOWN = (9 * DAY, 9 * DAY + 3 * 3600)  # chat-1 down, W48 Wednesday 00:00-03:00
+
+
+def settings_for(targets: list[Any], **report: Any) -> Settings:
+    deployments = [
+        DeploymentConfig(name="chat", targets=["chat-0", "chat-1"], gpu="L4", gpu_hour_usd=0.80, replicas=2),
+        DeploymentConfig(name="support", targets=["support-0"], gpu="L4", gpu_hour_usd=0.70),
+        DeploymentConfig(name="code", targets=["code-0"], gpu="L4", gpu_hour_usd=0.70),
+    ]
+    return Settings(
+        targets=targets,
+        deployments=deployments,
+        rules=str(ROOT / "rules"),
+        scrape=ScrapeConfig(interval=STEP),
+        report=ReportConfig(**report),
+    )
+
+
+@pytest.fixture(scope="module")
+def weeks(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    scenario = load_scenario(str(HERE / "scenario-two-weeks.yaml"))
+    t0 = int(scenario.start_unix)
+    targets = targets_for(scenario)
+    settings = settings_for(targets)
+    store = Store(f"sqlite:///{tmp_path_factory.mktemp('report') / 'llmslo.db'}")
+    run = run_into_store(scenario, store, 14 * DAY, STEP, settings=settings)
+    store_spans(run, store, t0)
+    rt = Runtime(settings, store)
+    # the SLO evaluator while the burst burns (it fires) and after (it resolves); the episodes
+    # are what the report's incidents section reads
+    rt.evaluate_slos(t0 + BURST[1] + 120)
+    rt.evaluate_slos(t0 + BURST[1] + 120 + 6000)
+    rt.compact(t0 + 14 * DAY + 8 * 3600)  # what `serve` leaves by Monday 08:00: hours before Saturday
+    period = parse_week("2026-W48", "UTC", t0 + 14 * DAY + 8 * 3600)
+    built = ReportService(rt).generate(period)
+    yield rt, run, t0, period, built
+    store.close()
+
+
+def finished_between(run: Any, t0: int, lo: float, hi: float, business_type: str | None = None) -> list[Any]:
+    return [
+        r for r in run.requests if r.done and lo < t0 + r.finished <= hi and business_type in (None, r.business_type)
+    ]
+
+
+def test_figures_of_the_simulated_week(weeks) -> None:  # type: ignore[no-untyped-def]
+    rt, run, t0, period, built = weeks
+    data = built.data
+    assert data["id"] == "2026-W48" and data["previous"]["label"] == "2026-W47"
+    # engine traffic: the requests that finished in the week (each 5-minute scrape's delta lands in
+    # the minute the scrape ran, so the week counts from the scrape at its start: shifted by a step)
+    for bt in ("chat", "customer_service", "code_completion"):
+        truth = len(finished_between(run, t0, period.start - STEP, period.end - STEP, bt))
+        assert data["business_types"][bt]["requests"] == pytest.approx(truth, rel=1e-9), bt
+        assert data["business_types"][bt]["has_data"]
+    # a business type with SLOs and no traffic says so instead of showing zeros
+    assert data["business_types"]["batch"]["has_data"] is False
+    batch = [s for s in data["slos"] if s["business_type"] == "batch"]
+    assert batch and all(s["status"] == "no data" and s["attainment"] is None for s in batch)
+    assert "no traffic this week" in built.markdown
+    # the error burst: chat's error SLO used budget on Monday and on no other day
+    errors = next(s for s in data["slos"] if s["slo"] == "chat-errors")
+    failed = [
+        r
+        for r in finished_between(run, t0, period.start - STEP, period.end - STEP, "chat")
+        if r.reason in ("error", "abort")
+    ]
+    assert errors["total"] - errors["good"] == pytest.approx(len(failed))
+    assert errors["budget_consumed"] > 0 and errors["worst_day"] == "2026-11-23"
+    assert [d["day"] for d in errors["days"] if d["bad"] > 0] == ["2026-11-23"]
+    assert sum(d["bad"] for d in errors["days"]) == pytest.approx(errors["total"] - errors["good"])
+    quiet = next(s for s in data["slos"] if s["slo"] == "chat-errors")["previous_attainment"]
+    assert quiet == 1.0  # W47 had no errors
+    # incidents: the episode the evaluator recorded, with its duration
+    burns = [e for e in data["incidents"]["episodes"] if e["alertname"] == "LLMSLOChatErrorsBudgetBurn"]
+    assert burns, data["incidents"]
+    assert [e["starts_unix"] for e in burns] == [t0 + BURST[1] + 120]  # the pass that saw the burst
+    assert all(e["duration_seconds"] == pytest.approx(6000) for e in burns)  # the two evaluations apart
+    assert data["incidents"]["previous_count"] == 0
+    # tenants and gateway spans
+    spans = [r for r in run.requests if r.done and period.start <= t0 + r.arrival < period.end]
+    assert data["traffic"]["gateway_requests"] == pytest.approx(len(spans), abs=len(spans) * 0.002)
+    assert set(data["traffic"]["top_tenants"]) == {r.tenant for r in spans}
+    # cost: chat is billed for its two configured replicas for the whole week
+    chat = next(d for d in data["cost"]["by_deployment"] if d["name"] == "chat")
+    assert chat["allocated_usd"] == pytest.approx(2 * 0.80 * 168)
+    assert {g["key"] for g in data["cost"]["top_tenants"]} <= {r.tenant for r in spans}
+    assert sum(g["cost_usd"] for g in data["cost"]["by_business_type"]) <= data["cost"]["allocated_usd"] + 1e-6
+    assert len(data["cost"]["daily"]) == 7
+    # data quality: chat-1's three hours down, nothing else missing
+    quality = {t["target"]: t for t in data["data_quality"]["targets"]}
+    assert quality["chat-1"]["missing_seconds"] == pytest.approx(3 * 3600)
+    assert all(t["missing_seconds"] == 0 for name, t in quality.items() if name != "chat-1")
+    # drift: chat's prompts grew for two days of the week; code completion's did not change
+    shifts = {(s["business_type"], s["signal"]): s["psi"] for s in data["drift"]["length_shifts"]}
+    assert shifts[("chat", "prompt_length")] > 0.1
+    assert shifts[("code_completion", "prompt_length")] < 0.02
+    assert data["capacity"]["available"] and {d["deployment"] for d in data["capacity"]["deployments"]} == {
+        "chat",
+        "support",
+        "code",
+    }
+    assert set(built.charts) >= {"latency_ttft", "budget", "cost_by_type", "cost_per_token", "concurrency", "lengths"}
+    assert all(png.startswith(b"\x89PNG") and len(png) > 5000 for png in built.charts.values())
+
+
+def test_every_figure_equals_what_the_api_answers(weeks) -> None:  # type: ignore[no-untyped-def]
+    rt, _run, _t0, period, built = weeks
+    data = built.data
+    span = {"start": period.start, "end": period.end}
+    port = free_port()
+    with serving(create_app(rt.settings, rt, schedule=False), port):
+        base = f"http://127.0.0.1:{port}"
+        get = lambda path, **params: httpx.get(base + path, params=params, timeout=60)  # noqa: E731
+        cost = get("/api/v1/cost", group_by="business_type", **span).json()
+        assert cost["allocated_usd"] == pytest.approx(data["cost"]["allocated_usd"], rel=1e-12)
+        assert {g["key"]: g["cost_usd"] for g in cost["groups"]} == pytest.approx(
+            {g["key"]: g["cost_usd"] for g in data["cost"]["by_business_type"]}, rel=1e-12
+        )
+        tenants = get("/api/v1/cost", group_by="tenant", **span).json()["groups"]
+        assert [g["key"] for g in tenants[:10]] == [g["key"] for g in data["cost"]["top_tenants"]]
+        serving_api = get("/api/v1/serving", **span).json()
+        for b in serving_api["business_types"]:
+            assert b["stats"]["requests"] == pytest.approx(data["business_types"][b["business_type"]]["requests"])
+        slos = {s["slo"]: s for s in get("/api/v1/slos/attainment", **span).json()["slos"]}
+        for s in data["slos"]:
+            assert slos[s["slo"]]["good"] == pytest.approx(s["good"], rel=1e-9)
+            assert slos[s["slo"]]["total"] == pytest.approx(s["total"], rel=1e-9)
+            assert slos[s["slo"]]["attainment"] == (None if s["attainment"] is None else pytest.approx(s["attainment"]))
+        summary = get("/api/v1/requests/summary", **span).json()
+        assert summary["requests"] == data["traffic"]["gateway_requests"]
+        capacity = get("/api/v1/capacity", start=period.end - 28 * DAY, end=period.end).json()
+        assert [d["replicas_needed"] for d in capacity["deployments"]] == [
+            d["replicas_needed"] for d in data["capacity"]["deployments"]
+        ]
+        # stored and served
+        listed = get("/api/v1/reports").json()["reports"]
+        assert [r["id"] for r in listed] == ["2026-W48"] and listed[0]["deliveries"] == {}
+        page = get("/reports/2026-W48")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert page.text == built.html
+        assert get("/reports/2026-W48.md").text == built.markdown
+        assert get("/api/v1/reports/2026-W48").json()["slos"] == json.loads(json.dumps(data["slos"]))
+        missing = get("/reports/2031-W01")
+        assert missing.status_code == 404 and "GET /api/v1/reports" in missing.text
+        # built on request: the week before, then listed newest first
+        made = httpx.post(f"{base}/api/v1/reports", params={"week": "2026-W47"}, timeout=120)
+        assert made.status_code == 200, made.text
+        assert made.json()["id"] == "2026-W47"
+        assert [r["id"] for r in get("/api/v1/reports").json()["reports"]] == ["2026-W48", "2026-W47"]
+        bad = httpx.post(f"{base}/api/v1/reports", params={"week": "2025-W53"}, timeout=30)
+        assert bad.status_code == 422 and "no ISO week 53" in bad.text
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed (scripts/test.sh installs Debian's package as root)")
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    return found
+
+
+def test_the_html_renders_in_headless_chromium(weeks, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _rt, _run, _t0, _period, built = weeks
+    browser = chromium()
+    page = tmp_path / "report.html"
+    page.write_text(built.html)
+    flags = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--allow-file-access-from-files",
+    ]
+    shot = tmp_path / "report.png"
+    done = subprocess.run(
+        [*flags, "--window-size=900,4000", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 50_000
+    # the same page with a probe appended: after load it lists every image's rendered size
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        built.html.replace(
+            "</body>",
+            "<script>window.addEventListener('load',()=>{const p=document.createElement('pre');p.id='probe';"
+            "p.textContent=JSON.stringify([...document.images].map(i=>[i.complete,i.naturalWidth,i.naturalHeight,"
+            "i.getBoundingClientRect().width,i.getBoundingClientRect().height]));document.body.appendChild(p);});"
+            "</script></body>",
+        )
+    )
+    dom = subprocess.run(
+        [*flags, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    text = dom.stdout.decode()
+    assert '<pre id="probe">' in text, dom.stderr.decode()[-2000:]
+    sizes = json.loads(text.split('<pre id="probe">', 1)[1].split("</pre>", 1)[0])
+    assert len(sizes) == len(built.charts)
+    for complete, natural_w, natural_h, shown_w, shown_h in sizes:
+        assert complete and natural_w > 0 and natural_h > 0 and shown_w > 0 and shown_h > 0
+    assert "<script" not in built.html  # readable in a mail client: nothing needs JavaScript
+
+
+def test_markdown_has_every_section_and_no_invented_numbers(weeks) -> None:  # type: ignore[no-untyped-def]
+    _rt, _run, _t0, _period, built = weeks
+    md = built.markdown
+    for title in ("At a glance", "SLOs (calendar week)", "Latency", "Incidents", "Traffic", "Cost by business type",
+                  "Top tenants by cost", "Workload drift", "Capacity", "Data quality"):  # fmt: skip
+        assert f"## {title}" in md, title
+    assert not re.search(r"\b(nan|inf)\b", md, re.IGNORECASE)
+    assert "| batch-errors | error_ratio | 99.00 % | no data |" in md
+    assert "LLMSLOChatErrorsBudgetBurn" in md
+    tables = [line for line in md.splitlines() if line.startswith("|")]
+    widths = {line.count("|") - line.count("\\|") for line in tables}
+    assert widths  # every row of a table has its header's cell count
+    for block in md.split("\n\n"):
+        rows = [line for line in block.splitlines() if line.startswith("|")]
+        assert len({r.count("|") - r.count("\\|") for r in rows}) <= 1, block
+
+
+class _Webhook(BaseHTTPRequestHandler):
+    bodies: list[dict[str, Any]] = []
+    fail_first = 1
+
+    def do_POST(self) -> None:  # noqa: N802 - the http.server interface
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        code = 503 if len(type(self).bodies) <= type(self).fail_first else 200
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_delivery_by_webhook_and_smtp_with_retries(weeks) -> None:  # type: ignore[no-untyped-def]
+    from aiosmtpd.controller import Controller
+
+    rt, _run, _t0, period, _built = weeks
+
+    class Inbox:
+        messages: list[bytes] = []
+
+        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+            self.messages.append(envelope.original_content)
+            return "250 OK"
+
+    inbox = Inbox()
+    smtp_port = free_port()
+    controller = Controller(inbox, hostname="127.0.0.1", port=smtp_port)
+    controller.start()
+    hook = ThreadingHTTPServer(("127.0.0.1", 0), _Webhook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    try:
+        settings = settings_for(
+            rt.settings.targets,
+            webhook_url=f"http://127.0.0.1:{hook.server_port}/hook",
+            smtp=SmtpConfig(
+                host="127.0.0.1",
+                port=smtp_port,
+                security="none",
+                sender="llmslo@example.test",
+                to=["platform@example.test", "finance@example.test"],
+            ),  # fmt: skip
+            public_url="https://llmslo.example.test",
+            attempts=3,
+            backoff=0.05,
+        )
+        other = Runtime(settings, rt.store)
+        service = ReportService(other)
+        built = service.generate(period)
+
+        async def go() -> dict[str, bool]:
+            try:
+                return await service.deliver(built)
+            finally:
+                await other.client.aclose()
+
+        assert asyncio.run(go()) == {"webhook": True, "email": True}
+        state = next(r for r in service.list() if r["id"] == built.id)["deliveries"]
+        assert state["webhook"]["status"] == "delivered" and state["webhook"]["attempts"] == 2
+        assert state["email"]["status"] == "delivered" and state["email"]["attempts"] == 1
+        body = _Webhook.bodies[-1]
+        assert body["url"] == "https://llmslo.example.test/reports/2026-W48"
+        assert body["id"] == "2026-W48" and "1 incident(s)" in body["text"]
+        # the mail: Markdown as text, HTML with every chart as an inline part it references
+        assert len(inbox.messages) == 1
+        msg = email.message_from_bytes(inbox.messages[0], _class=EmailMessage, policy=email.policy.default)
+        assert msg["Subject"] == built.data["title"] and "finance@example.test" in msg["To"]
+        plain = msg.get_body(("plain",))
+        html = msg.get_body(("html",))
+        assert plain is not None and "## SLOs (calendar week)" in plain.get_content()
+        assert html is not None
+        page = html.get_content()
+        images = [p for p in msg.walk() if p.get_content_type() == "image/png"]
+        assert len(images) == len(built.charts)
+        for part in images:
+            assert f"cid:{part['Content-ID'].strip('<>')}" in page
+            assert part.get_payload(decode=True).startswith(b"\x89PNG")
+        # a channel that cannot be reached fails on its own, after its attempts; the other delivers
+        broken = settings_for(
+            rt.settings.targets,
+            webhook_url=f"http://127.0.0.1:{hook.server_port}/hook",
+            smtp=SmtpConfig(host="127.0.0.1", port=free_port(), security="none", sender="a@b.c", to=["d@e.f"]),
+            attempts=2,
+            backoff=0.05,
+        )
+        third = Runtime(broken, rt.store)
+        service = ReportService(third)
+
+        async def again() -> dict[str, bool]:
+            try:
+                return await service.deliver(service.generate(period))
+            finally:
+                await third.client.aclose()
+
+        assert asyncio.run(again()) == {"webhook": True, "email": False}
+        state = next(r for r in service.list() if r["id"] == built.id)["deliveries"]
+        assert state["email"]["status"] == "failed" and state["email"]["attempts"] == 2
+        assert (
+            "Connection refused" in state["email"]["last_error"] or "ConnectionRefused" in state["email"]["last_error"]
+        )
+    finally:
+        controller.stop()
+        hook.shutdown()
+
+
+def test_the_schedule_is_monday_morning_in_the_configured_zone(weeks) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    rt, *_ = weeks
+    settings = settings_for(rt.settings.targets, timezone="Europe/Berlin")
+    scheduler = build_scheduler(Runtime(settings, rt.store))
+    trigger = scheduler.get_job("report").trigger
+    after = datetime(2026, 12, 1, tzinfo=UTC)
+    nxt = trigger.get_next_fire_time(None, after)
+    assert nxt.astimezone(UTC) == datetime(2026, 12, 7, 7, 0, tzinfo=UTC)  # 08:00 in Berlin (CET)
+    off = settings_for(rt.settings.targets, enabled=False)
+    assert build_scheduler(Runtime(off, rt.store)).get_job("report") is None
