@@ -18,7 +18,7 @@ import threading
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -85,7 +85,7 @@ def finished_between(run: Any, t0: int, lo: float, hi: float, business_type: str
 
 
 def test_figures_of_the_simulated_week(weeks) -> None:  # type: ignore[no-untyped-def]
-    rt, run, t0, period, built = weeks
+    _rt, run, t0, period, built = weeks
     data = built.data
     assert data["id"] == "2026-W48" and data["previous"]["label"] == "2026-W47"
     # engine traffic: the requests that finished in the week (each 5-minute scrape's delta lands in
@@ -268,10 +268,10 @@ def test_markdown_has_every_section_and_no_invented_numbers(weeks) -> None:  # t
 
 
 class _Webhook(BaseHTTPRequestHandler):
-    bodies: list[dict[str, Any]] = []
+    bodies: ClassVar[list[dict[str, Any]]] = []
     fail_first = 1
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server interface
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).bodies.append(body)
         code = 503 if len(type(self).bodies) <= type(self).fail_first else 200
@@ -289,9 +289,9 @@ def test_delivery_by_webhook_and_smtp_with_retries(weeks) -> None:  # type: igno
     rt, _run, _t0, period, _built = weeks
 
     class Inbox:
-        messages: list[bytes] = []
+        messages: ClassVar[list[bytes]] = []
 
-        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
             self.messages.append(envelope.original_content)
             return "250 OK"
 
@@ -311,7 +311,7 @@ def test_delivery_by_webhook_and_smtp_with_retries(weeks) -> None:  # type: igno
                 security="none",
                 sender="llmslo@example.test",
                 to=["platform@example.test", "finance@example.test"],
-            ),  # fmt: skip
+            ),
             public_url="https://llmslo.example.test",
             attempts=3,
             backoff=0.05,
