@@ -12,12 +12,14 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[test]"
 
-# Debian's prometheus (promtool) and prometheus-alertmanager (amtool) for the rules tests.
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-alertmanager >/dev/null 2>&1; then
+# Debian's prometheus (promtool) and prometheus-alertmanager (amtool) for the rules tests, and
+# chromium for the weekly report's rendering test (headless screenshot).
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-alertmanager >/dev/null 2>&1 \
+  || ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing Debian's prometheus and prometheus-alertmanager"
+    echo "installing Debian's prometheus, prometheus-alertmanager and chromium"
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      --no-install-recommends prometheus prometheus-alertmanager >/dev/null || true
+      --no-install-recommends prometheus prometheus-alertmanager chromium >/dev/null || true
   fi
 fi
 
