@@ -97,15 +97,17 @@ def run_into_store(
     version: str | None = None,
     settings: Settings | None = None,
     on_scrape: Callable[[float, str, str | None], None] | None = None,
+    on_finish: Callable[[Request], None] | None = None,
 ) -> FastRun:
     """Simulate `duration_seconds` on a virtual clock, scraping every replica every interval and
     committing each scrape through the collector's ingestion with the virtual time as `now`.
-    `on_scrape(t, replica, body)` sees every body (None when the scrape failed)."""
+    `on_scrape(t, replica, body)` sees every body (None when the scrape failed); with
+    `on_finish`, each finished request goes there instead of into `run.requests` (long runs)."""
     fleet = scenario.fleet()
     version = version or scenario.spec.vllm_version
     settings = settings or Settings(targets=targets_for(scenario))
     run = FastRun(fleet)
-    fleet.on_finish.append(run.requests.append)
+    fleet.on_finish.append(on_finish or run.requests.append)
     for target in settings.targets:
         run.scrapers[target.name] = TargetScraper(target, settings, store)  # bodies are handed over
     t = 0.0
@@ -120,27 +122,27 @@ def run_into_store(
     return run
 
 
-def store_spans(
-    run: FastRun,
-    store: Store,
-    start_unix: float,
-    targets_of: dict[str, list[LatencyTarget]] | None = None,
-    batch: int = 10_000,
-) -> int:
-    """Store one gateway span per finished simulated request, as the trace ingestion would have
-    (the attributes `collector/sim/spans.py` exports, already normalised); returns how many."""
-    stored = 0
-    records: list[RequestRecord] = []
-    for req in run.requests:
+class SpanWriter:
+    """Stores one gateway span per finished simulated request, as the trace ingestion would have
+    (the attributes `collector/sim/spans.py` exports, already normalised), in batches."""
+
+    def __init__(
+        self, store: Store, start_unix: float, targets_of: dict[str, list[LatencyTarget]] | None = None
+    ) -> None:
+        self.store, self.start_unix, self.targets_of = store, start_unix, targets_of or {}
+        self.pending: list[RequestRecord] = []
+        self.stored = 0
+
+    def __call__(self, req: Request) -> None:
         if not req.done:
-            continue
+            return
         ttft = None if req.error_type or math.isnan(req.first_token) else req.ttft
-        records.append(
+        self.pending.append(
             RequestRecord(
                 req.id.to_bytes(16, "big"),
                 (req.id + 1).to_bytes(8, "big"),
-                start_unix + req.arrival,
-                start_unix + req.finished,
+                self.start_unix + req.arrival,
+                self.start_unix + req.finished,
                 "gateway",
                 req.model or "unknown",
                 req.business_type,
@@ -149,14 +151,28 @@ def store_spans(
                 req.cached_tokens,
                 0 if req.error_type else req.output_tokens,
                 ttft,
-                req.tpot if not req.error_type else None,
+                None if req.error_type else req.tpot,
                 req.finished - req.arrival,
                 None,
                 req.reason or "error",
                 req.error_type,
             )
         )
-        if len(records) >= batch:
-            stored += ingest(store, records, targets_of or {})
-            records = []
-    return stored + ingest(store, records, targets_of or {})
+        if len(self.pending) >= 10_000:
+            self.flush()
+
+    def flush(self) -> int:
+        if self.pending:
+            self.stored += ingest(self.store, self.pending, self.targets_of)
+            self.pending = []
+        return self.stored
+
+
+def store_spans(
+    run: FastRun, store: Store, start_unix: float, targets_of: dict[str, list[LatencyTarget]] | None = None
+) -> int:
+    """Store a span for each of a finished run's requests; returns how many were stored."""
+    writer = SpanWriter(store, start_unix, targets_of)
+    for req in run.requests:
+        writer(req)
+    return writer.flush()
