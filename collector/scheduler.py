@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from collector.runtime import Runtime
@@ -55,7 +56,14 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
             report_trigger(runtime),
             args=[runtime],
             id="report",
-            misfire_grace_time=6 * 3600,  # a collector down at 08:00 still sends it when it is back that morning
+        )
+        # a collector that was down (or restarted) at the scheduled time sends the week's report
+        # once it is back, unless it is stored already
+        scheduler.add_job(
+            runtime.tracked(_weekly_report_catch_up),
+            DateTrigger(now + timedelta(seconds=60)),
+            args=[runtime],
+            id="report-catch-up",
         )
     scheduler.add_job(
         runtime.tracked(_compact),
@@ -79,6 +87,19 @@ async def _weekly_report(runtime: Runtime) -> None:
 
     try:
         await ReportService(runtime).run_scheduled()
+    except Exception:
+        log.exception("the weekly report failed; `llmslo report --week last` builds it by hand")
+
+
+async def _weekly_report_catch_up(runtime: Runtime) -> None:
+    from collector.report.service import ReportService
+
+    service = ReportService(runtime)
+    try:
+        period = await asyncio.to_thread(service.due, runtime.now())
+        if period is not None:
+            log.info("the weekly report for %s was not built at its time: building it now", period.label)
+            await service.run_scheduled(period)
     except Exception:
         log.exception("the weekly report failed; `llmslo report --week last` builds it by hand")
 

@@ -8,7 +8,9 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from collector.runtime import Runtime
 
 log = logging.getLogger(__name__)
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 @dataclass(frozen=True)
@@ -104,9 +107,23 @@ class ReportService:
             deliveries[channel] = state
             conn.execute(reports.update().where(reports.c.id == report_id).values(deliveries=json.dumps(deliveries)))
 
-    async def run_scheduled(self) -> None:
+    def due(self, now_unix: float) -> Period | None:
+        """Last week's report when its scheduled time has passed and it is not stored: what a
+        collector that was down (or restarted) at the scheduled time still owes."""
+        cfg = self.config
+        period = parse_week("last", cfg.timezone, now_unix)
+        tz = ZoneInfo(cfg.timezone)
+        monday = datetime.fromtimestamp(period.end, tz).date()
+        hour, minute = (int(x) for x in cfg.schedule_time.split(":"))
+        day = monday + timedelta(days=DAYS.index(cfg.schedule_day))
+        scheduled = datetime(day.year, day.month, day.day, hour, minute, tzinfo=tz).timestamp()
+        if now_unix < scheduled or self.get(builder.report_id(period), "id") is not None:
+            return None
+        return period
+
+    async def run_scheduled(self, period: Period | None = None) -> None:
         """The cron job: last week's report, stored, then delivered."""
-        period = parse_week("last", self.config.timezone, self.rt.now())
+        period = period or parse_week("last", self.config.timezone, self.rt.now())
         started = time.perf_counter()
         built = await asyncio.to_thread(self.generate, period)
         log.info("weekly report %s built in %.1f s", built.id, time.perf_counter() - started)

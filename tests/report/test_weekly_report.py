@@ -387,3 +387,16 @@ def test_the_schedule_is_monday_morning_in_the_configured_zone(weeks) -> None:  
     assert nxt.astimezone(UTC) == datetime(2026, 12, 7, 7, 0, tzinfo=UTC)  # 08:00 in Berlin (CET)
     off = settings_for(rt.settings.targets, enabled=False)
     assert build_scheduler(Runtime(off, rt.store)).get_job("report") is None
+
+
+def test_a_report_missed_while_down_is_owed_once_the_collector_is_back(weeks) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    rt, *_ = weeks
+    service = ReportService(rt)  # W48 is stored (the fixture built it); W49 is not
+    at = lambda *a: datetime(*a, tzinfo=UTC).timestamp()  # noqa: E731
+    assert service.due(at(2026, 11, 30, 9, 0)) is None  # W48's report exists
+    assert service.due(at(2026, 12, 7, 7, 59)) is None  # W49's is not due before Monday 08:00
+    owed = service.due(at(2026, 12, 7, 8, 30))
+    assert owed is not None and owed.label == "2026-W49"
+    assert service.due(at(2026, 12, 9, 12, 0)).label == "2026-W49"  # still owed on Wednesday

@@ -48,7 +48,9 @@ def test_bad_weeks_and_times_are_named() -> None:
     with pytest.raises(PeriodError, match="ends"):
         between(100, 100, "UTC")
     assert parse_instant("2026-11-23", "Europe/Berlin") == unix(2026, 11, 23, tz="Europe/Berlin")
-    assert parse_instant("2026-11-23T08:00:00Z", "Europe/Berlin") == int(datetime(2026, 11, 23, 8, tzinfo=UTC).timestamp())
+    assert parse_instant("2026-11-23T08:00:00Z", "Europe/Berlin") == int(
+        datetime(2026, 11, 23, 8, tzinfo=UTC).timestamp()
+    )
     assert between(unix(2026, 11, 1), unix(2026, 12, 1), "UTC").label == "2026-11-01 to 2026-12-01"
 
 
