@@ -442,15 +442,50 @@ def load_settings(path: str | os.PathLike[str] | None = None, environ: Mapping[s
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(describe_errors(exc, source, root, env_paths)) from None
+        # the checks across fields too, on what could be read, so that one pass names everything
+        raise ConfigError(describe_errors(exc, source, root, env_paths) + _raw_checks(data, source, root)) from None
     problems = _cross_checks(settings, source, root)
     if problems:
         raise ConfigError(problems)
     return settings
 
 
+def _rules_check(rules: object, source: str, root: yaml.Node | None) -> list[str]:
+    if isinstance(rules, str) and rules and not Path(rules).exists():
+        where = f"{source}:{line_of(root, ('rules',)) or '?'}"
+        return [f"{where}: rules: {rules!r} does not exist (an SLO rules file or directory, relative to {Path.cwd()})"]
+    return []
+
+
+def _raw_checks(data: dict[str, Any], source: str, root: yaml.Node | None) -> list[str]:
+    """The cross-field checks of `_cross_checks` that can run on the raw YAML when some field
+    failed validation: duplicate target names, unknown business types, a rules path that is not there."""
+    problems = _rules_check(data.get("rules"), source, root)
+    types = data.get("business_types")
+    known = set(types) if isinstance(types, list) and all(isinstance(t, str) for t in types) else None
+    known = known if known is not None else set(DEFAULT_BUSINESS_TYPES)
+    seen: dict[str, int] = {}
+    targets = data.get("targets")
+    for i, target in enumerate(targets if isinstance(targets, list) else []):
+        if not isinstance(target, dict):
+            continue
+        where = f"{source}:{line_of(root, ('targets', i)) or '?'}"
+        name = target.get("name")
+        if isinstance(name, str):
+            if name in seen:
+                problems.append(
+                    f"{where}: targets[{i}].name: duplicate target name {name!r} (also targets[{seen[name]}])"
+                )
+            seen.setdefault(name, i)
+        btype = target.get("business_type")
+        if isinstance(btype, str) and btype not in known:
+            names = ", ".join(sorted(known))
+            problems.append(f"{where}: targets[{i}].business_type: unknown business type {btype!r} (known: {names})")
+    return problems
+
+
 def _cross_checks(settings: Settings, source: str, root: yaml.Node | None) -> list[str]:
-    problems: list[str] = []
+    problems: list[str] = _rules_check(settings.rules, source, root)
     seen: dict[str, int] = {}
     known = set(settings.business_types)
     for i, target in enumerate(settings.targets):

@@ -190,8 +190,10 @@ class Scenario:
 
 
 def load_scenario(path_or_name: str) -> Scenario:
-    """A scenario from a file, or one of the built-in names. Raises ScenarioError with every problem."""
-    if path_or_name in BUILTIN and not Path(path_or_name).exists():
+    """A scenario from a file, or one of the built-in names (a built-in name wins over a file or
+    folder of that name in the current directory: give `./demo` for the local one). Raises
+    ScenarioError with every problem."""
+    if path_or_name in BUILTIN:
         source = f"builtin:{path_or_name}"
         text = resources.files("collector").joinpath("data", f"scenario-{path_or_name}.yaml").read_text("utf-8")
     else:
