@@ -1,0 +1,17 @@
+"""The trace ingestion hot path in C (collector/traces/_otlpscan.c). Optional: without a compiler
+the install still succeeds and collector/traces/otlp.py uses its pure-Python path. Everything
+else about the package is in pyproject.toml; this file exists because setuptools still calls
+its pyproject `ext-modules` table experimental (and says so on every install)."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "collector.traces._otlpscan",
+            sources=["collector/traces/_otlpscan.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+            optional=True,
+        )
+    ]
+)
