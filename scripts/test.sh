@@ -12,14 +12,15 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[test]"
 
-# Debian's prometheus (promtool) and prometheus-alertmanager (amtool) for the rules tests, and
-# chromium for the weekly report's rendering test (headless screenshot).
+# Debian's prometheus (promtool) and prometheus-alertmanager (amtool) for the rules tests,
+# chromium for the weekly report's rendering test (headless screenshot), and docker-compose to
+# validate docker-compose.yml (it parses and checks the file without a Docker engine).
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-alertmanager >/dev/null 2>&1 \
-  || ! command -v chromium >/dev/null 2>&1; then
+  || ! command -v chromium >/dev/null 2>&1 || ! command -v docker-compose >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing Debian's prometheus, prometheus-alertmanager and chromium"
+    echo "installing Debian's prometheus, prometheus-alertmanager, chromium and docker-compose"
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      --no-install-recommends prometheus prometheus-alertmanager chromium >/dev/null || true
+      --no-install-recommends prometheus prometheus-alertmanager chromium docker-compose >/dev/null || true
   fi
 fi
 
