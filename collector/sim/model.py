@@ -185,7 +185,6 @@ class Fleet:
         self.events: list[tuple[float, int, int, str, int]] = []  # (time, seq, request id, kind, version)
         self.seq = itertools.count()
         self.requests: dict[int, Request] = {}
-        self.finished: list[Request] = []
         self.on_finish: list[Callable[[Request], None]] = []
         self.replicas: dict[str, Replica] = {}
         self.by_business: dict[str, list[Replica]] = {}
@@ -325,7 +324,6 @@ class Fleet:
         req.finished = t
         if math.isnan(req.first_token):
             req.first_token = t
-        self.finished.append(req)
         for cb in self.on_finish:
             cb(req)
 
@@ -401,7 +399,6 @@ class Fleet:
             decode=t - req.first_token,
             e2e=req.e2e,
         )
-        self.finished.append(req)
         for cb in self.on_finish:
             cb(req)
         self._admit(rep, t)
