@@ -180,9 +180,16 @@ class LlmsloCollector(Collector):
             for ident, cum in scraper.tracker.state.items():
                 btype = rt.business_type_of(name, ident.key.model)
                 states_by_type.setdefault(btype, []).append((ident, cum))
+        threshold = GaugeMetricFamily(
+            conv.SLO_THRESHOLD_SECONDS,
+            "A latency SLO's threshold: a request slower than this is a bad event (dashboards draw it).",
+            labels=[*base, conv.LABEL_METRIC],
+        )
         for o in rt.rules.objectives:
             labels = [o.slo, o.business_type]
             objective.add_metric(labels, o.objective)
+            if o.sli == "latency" and o.metric is not None and o.threshold_seconds is not None:
+                threshold.add_metric([*labels, o.metric], o.threshold_seconds)
             counted = cumulative_events(o, states_by_type.get(o.business_type, []))
             if counted is not None:
                 good.add_metric(labels, counted.good)
@@ -203,7 +210,7 @@ class LlmsloCollector(Collector):
                 [lbl["slo"], lbl["business_type"], lbl["severity"], lbl["long_window"], lbl["short_window"]],
                 1.0 if inst.state == "firing" else 0.0,
             )
-        yield from (objective, sli, burn_rate, remaining, good, total, firing)
+        yield from (objective, threshold, sli, burn_rate, remaining, good, total, firing)
 
     def _self_metrics(self) -> Iterator[Metric]:
         info = GaugeMetricFamily(conv.BUILD_INFO, "llmslo build information.", labels=["version"])

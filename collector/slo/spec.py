@@ -85,7 +85,9 @@ class RulesIn(_Strict):
     window_scale: float = Field(1.0, gt=0, le=1, description="tests only: shrink every window alike")
     evaluation_interval: Duration = 30.0
     runbook_url: str = "https://github.com/llmslo/llmslo/blob/main/alerts/RUNBOOK.md#{anchor}"
-    dashboard_url: str = "http://127.0.0.1:3000/d/llmslo-serving/llmslo-serving?var-business_type={business_type}"
+    dashboard_url: str = (
+        "http://127.0.0.1:3000/d/llmslo-overview/llmslo-overview?var-business_type={business_type}&from=now-6h&to=now"
+    )
     business_types: dict[str, BusinessTypeIn] = Field(min_length=1)
     thresholds: ThresholdsIn = ThresholdsIn()
     alertmanager: AlertmanagerIn = AlertmanagerIn()
