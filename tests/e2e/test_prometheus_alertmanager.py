@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -27,6 +28,8 @@ from collector.api.embedded import EmbeddedServer
 from collector.config import Settings
 from collector.generate.alertmanager import alertmanager_config
 from collector.generate.files import generate
+from collector.generate.preview import legend_of
+from collector.generate.preview import render as render_preview
 from collector.runtime import Runtime
 from collector.sim.fastclock import targets_for
 from collector.sim.scenario import parse_scenario
@@ -153,6 +156,12 @@ class Stack:
         ]["result"]
         return result
 
+    def query_range(self, expr: str, start: float, end: float) -> list[tuple[str, list[tuple[float, float]]]]:
+        data = httpx.get(
+            f"{self.prom_url}/api/v1/query_range", params={"query": expr, "start": start, "end": end, "step": 2}
+        ).json()["data"]["result"]
+        return [(str(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]) for r in data]
+
     def stop(self) -> None:
         for proc in self.procs:
             proc.terminate()
@@ -178,6 +187,13 @@ def receiver() -> Iterator[Receiver]:
 
 def pages(receiver: Receiver) -> list[dict[str, object]]:
     return [n for n in receiver.notifications if n["path"] == "/pager" and n.get("status") == "firing"]
+
+
+def eval_labels(text: str) -> dict[str, str]:
+    import ast
+
+    labels: dict[str, str] = ast.literal_eval(text)
+    return labels
 
 
 def grafana_vars(expr: str) -> str:
@@ -206,6 +222,7 @@ MAY_BE_EMPTY = {
 def run_stack(tmp_path: Path, scenario: str, receiver: Receiver, seconds: float, until_page: bool) -> Stack:
     stack = Stack(tmp_path, scenario, receiver)
     stack.start()
+    started = time.time()
     try:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and not (until_page and pages(receiver)):
@@ -218,6 +235,27 @@ def run_stack(tmp_path: Path, scenario: str, receiver: Receiver, seconds: float,
             if p["type"] != "row"
         }
         stack.up = stack.query('up{job="vllm"}')  # type: ignore[attr-defined]
+        # a static preview of every dashboard: each panel's queries over the run, in its grid
+        stack.previews = {}  # type: ignore[attr-defined]
+        end = time.time()
+        for path in sorted((ROOT / "dashboards").glob("*.json")):
+            board = json.loads(path.read_text())
+            results = {}
+            for p in board["panels"]:
+                if p["type"] == "row":
+                    continue
+                results[p["title"]] = [
+                    [
+                        (legend_of(t.get("legendFormat", ""), eval_labels(name)), points)
+                        for name, points in stack.query_range(grafana_vars(t["expr"]), started, end)
+                    ]
+                    for t in p["targets"]
+                ]
+            png = render_preview(board, results)
+            stack.previews[board["uid"]] = png  # type: ignore[attr-defined]
+            (tmp_path / f"{board['uid']}.png").write_bytes(png)
+            if os.environ.get("LLMSLO_PREVIEW_DIR"):
+                Path(os.environ["LLMSLO_PREVIEW_DIR"], f"{board['uid']}.png").write_bytes(png)
     finally:
         stack.stop()
     return stack
@@ -244,6 +282,9 @@ def test_an_error_burst_pages_through_prometheus_and_alertmanager(tmp_path: Path
     empty = [key for key, results in panels.items() if not any(results) and key not in MAY_BE_EMPTY]
     assert not empty, f"dashboard panels that find no series: {empty}"
     assert any(panels[("llmslo-overview", "Firing alerts")]), "the page fired but the overview lists no alert"
+    previews = stack.previews  # type: ignore[attr-defined]
+    assert set(previews) == {p.stem for p in (ROOT / "dashboards").glob("*.json")}
+    assert all(png.startswith(b"\x89PNG") and len(png) > 20_000 for png in previews.values())
 
 
 def test_healthy_traffic_does_not_page(tmp_path: Path, receiver: Receiver) -> None:
