@@ -800,7 +800,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_config(
         sub.add_parser("db", help="database schema: `upgrade` applies migrations, `current` shows the revision")
     )
-    p.add_argument("action", choices=["upgrade", "current"])
+    p.add_argument(
+        "action", choices=["upgrade", "current"], help="upgrade: apply migrations; current: show the revision"
+    )
     p.set_defaults(func=cmd_db)
 
     for name, func, default, what in (
@@ -816,6 +818,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--group-by",
                 default="business_type",
                 choices=["deployment", "business_type", "model", "target", "tenant"],
+                help="the groups of the second table (default business_type)",
             )
         p.add_argument("--json", action="store_true", help="the API's JSON instead of tables")
         p.set_defaults(func=func)
@@ -832,7 +835,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", help="instead of --week: a date, RFC 3339 time or unix seconds")
     p.add_argument("--end", help="with --start, exclusive")
     p.add_argument("--timezone", help="weeks and days start at midnight here (default: report.timezone)")
-    p.add_argument("--format", choices=["html", "md", "json"], default="html")
+    p.add_argument(
+        "--format", choices=["html", "md", "json"], default="html", help="html (default, charts inline), md or json"
+    )
     p.add_argument("--out", help="write to this file (default: stdout)")
     p.add_argument("--store", action="store_true", help="keep it in the database (served at /reports/<id>)")
     p.add_argument("--deliver", action="store_true", help="store it and send it by the configured webhook/SMTP")
@@ -893,7 +898,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="run a simulated vLLM fleet (real time, or --fast into a database)")
     p.add_argument("--scenario", default="healthy", help="scenario file, or builtin: demo, healthy, incidents")
     p.add_argument("--vllm-version", choices=["current", "0.10", "0.6"], help="metric naming family to emit")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="listen address of the replicas (default 127.0.0.1)")
     p.add_argument("--port-base", type=int, default=0, help="replica i listens on base+i (default: free ports)")
     p.add_argument("--no-workload", action="store_true", help="only serve what API clients send")
     p.add_argument("--otlp-endpoint", help="send one gateway span per request here (OTLP/HTTP)")
@@ -914,9 +919,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("example-target", help="serve the bundled example vLLM /metrics")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="listen port (default 8000)")
     p.set_defaults(func=cmd_example_target)
+    for name, command in _subcommands(parser).items():
+        if not command.epilog:
+            command.epilog = "example: " + EXAMPLES[name]
     return parser
+
+
+EXAMPLES = {
+    "serve": "llmslo serve --config llmslo.yaml   (or: llmslo serve --example, a bundled vLLM replay)",
+    "check-config": "llmslo check-config --config llmslo.yaml --rules rules/",
+    "db": "llmslo db upgrade --config llmslo.yaml",
+    "cost": "llmslo cost --config llmslo.yaml --window 7d --group-by tenant",
+    "capacity": "llmslo capacity --config llmslo.yaml --window 4w",
+    "check": "llmslo check rules/",
+    "generate": "llmslo generate --rules rules/ --out alerts/ --dashboards-out dashboards/ [--check]",
+    "inspect": "llmslo inspect http://127.0.0.1:8000/metrics   (or a saved file; --json for every series)",
+    "simulate": "llmslo simulate --scenario incidents --port-base 8000   (or --fast 7d --spans --database URL)",
+    "demo": "llmslo demo",
+    "example-target": "llmslo example-target --port 8000",
+}
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 def main(argv: list[str] | None = None) -> int:

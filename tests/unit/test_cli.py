@@ -44,3 +44,15 @@ def test_naming_range_of_older_releases() -> None:
     assert naming_range(v0) == "0.6 to 0.8"
     both = "vllm:gpu_cache_usage_perc 0\nvllm:kv_cache_usage_perc 0\nvllm:inter_token_latency_seconds_count 1\n"
     assert naming_range(both) == "0.10 to 0.11"
+
+
+def test_every_command_has_an_example_and_every_option_its_help() -> None:
+    import argparse
+
+    from collector import cli
+
+    for name, command in cli._subcommands(cli.build_parser()).items():
+        assert command.epilog and "llmslo " + name.split()[0] in command.epilog, name
+        missing = [a.option_strings or a.dest for a in command._actions if not a.help and a.dest != "help"]
+        assert not missing, (name, missing)
+        assert isinstance(command, argparse.ArgumentParser)
