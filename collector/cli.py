@@ -399,13 +399,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 2
     try:
         end = int(at) // 60 * 60 + 60  # the minute holding `at` and the whole minutes before it
-        out = compare_out(rt.compare(base, cand, end - int(window), end))
+        out = compare_out(rt.compare(base, cand, end - int(window), end, args.source))
+    except SelectorError as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
     finally:
         rt.store.close()
     if args.json:
         print(out.model_dump_json(indent=2))
     else:
-        print(f"{out.candidate} vs {out.baseline} over {out.window}: {out.candidate_requests:,.0f} vs "
+        print(f"{out.candidate} vs {out.baseline} over {out.window} ({out.source}): {out.candidate_requests:,.0f} vs "
               f"{out.baseline_requests:,.0f} requests")  # fmt: skip
         for m in out.metrics:
             print(f"  {m.verdict:8} {m.text}")
@@ -867,7 +870,19 @@ def build_parser() -> argparse.ArgumentParser:
             epilog="example: llmslo compare --baseline model=llama-3.1-8b --candidate model=llama-3.1-8b-v2",
         )
     )
-    p.add_argument("--baseline", required=True, help="target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE")
+    p.add_argument(
+        "--baseline",
+        required=True,
+        help="target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE; from spans also tenant=T | "
+        "business_type=B | shadow=true",
+    )
+    p.add_argument(
+        "--source",
+        choices=["auto", "engines", "spans"],
+        default="auto",
+        help="engines (vLLM's histograms), spans (gateway spans: exact to 1 %%, tenants, shadow traffic) or "
+        "auto (spans when both sides have some)",
+    )
     p.add_argument("--candidate", required=True, help="the same forms as --baseline")
     p.add_argument("--window", default="30m", help="the last this long (default 30m)")
     p.add_argument("--at", help="the window ends at this ISO 8601 time (default: now)")

@@ -36,7 +36,16 @@ from collector.cost.capacity import CAPACITY_METRICS, Capacity, capacity_report
 from collector.cost.inventory import Inventory
 from collector.cost.slo import CostOf
 from collector.drift.baseline import fetch as fetch_baseline
-from collector.drift.compare import COMPARE_METRICS, Comparison, Selector, collect, compare_sides
+from collector.drift.compare import (
+    COMPARE_METRICS,
+    Comparison,
+    Selector,
+    SelectorError,
+    align_sketches,
+    collect,
+    collect_spans,
+    compare_sides,
+)
 from collector.drift.monitor import DriftMonitor
 from collector.fleetmap import FleetMap
 from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, period_start
@@ -499,13 +508,34 @@ class Runtime:
             queue_limit=(th.queue_waiting if th and th.queue_waiting else 10.0),
         )
 
-    def compare(self, baseline: Selector, candidate: Selector, start: int, end: int) -> Comparison:
-        """Candidate against baseline over [start, end) (blocking: reads the store)."""
+    def compare(
+        self, baseline: Selector, candidate: Selector, start: int, end: int, source: str = "auto"
+    ) -> Comparison:
+        """Candidate against baseline over [start, end) (blocking: reads the store).
+
+        `source`: `engines` (vLLM's histograms of the chosen targets/models), `spans` (gateway span
+        rollups: exact latencies to 1 %, tenants, shadow traffic) or `auto`: spans when both
+        selectors can choose spans and both sides have some, else engines."""
         window_seconds = float(max(60, end - start))
-        rows = self.store.read_rows(start, end, metrics=COMPARE_METRICS)
+        names = (baseline.text, candidate.text)
+        if source in ("spans", "auto") and baseline.on_spans and candidate.on_spans:
+            rows = read_requests(self.store, start, end)
+            base = collect_spans(rows, baseline.matches_span)
+            cand = collect_spans(rows, candidate.matches_span)
+            if source == "spans" or (base.requests > 0 and cand.requests > 0):
+                align_sketches(base, cand)
+                return compare_sides(base, cand, names, window_seconds, source="spans")
+        if source == "spans":
+            raise SelectorError("source=spans: both selectors must be model=, tenant=, business_type= or shadow=")
+        for sel in (baseline, candidate):
+            if not sel.on_engines:
+                raise SelectorError(f"selector {sel.text!r} chooses gateway spans only: use source=spans")
+        rows_engine = self.store.read_rows(start, end, metrics=COMPARE_METRICS)
 
         def chooser(sel: Selector) -> Callable[[str, str], bool]:
             def choose(target: str, model: str) -> bool:
+                if sel.kind == "business_type":
+                    return self.business_type_of(target, model) in sel.values
                 cfg = self.targets.get(target)
                 labels = cfg.labels if cfg is not None else {}
                 d = self.inventory.deployment_of(target)
@@ -514,10 +544,11 @@ class Runtime:
             return choose
 
         return compare_sides(
-            collect(rows, chooser(baseline)),
-            collect(rows, chooser(candidate)),
-            (baseline.text, candidate.text),
+            collect(rows_engine, chooser(baseline)),
+            collect(rows_engine, chooser(candidate)),
+            names,
             window_seconds,
+            source="engines",
         )
 
     def cost_lines(self, report: CostReport, group_by: str) -> dict[str, Line]:

@@ -78,7 +78,7 @@ async def _start_otlp_port(rt: Runtime, settings: Settings) -> tuple[EmbeddedSer
     return server, task
 
 
-SELECTOR_PATTERN = r"^(target|model|deployment|label\.[^=\s]+)=.*\S.*$"
+SELECTOR_PATTERN = r"^(target|model|deployment|tenant|business_type|shadow|label\.[^=\s]+)=.*\S.*$"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/v1/traces"})
 # A window is whole minutes (merges of minute rollups): the schema says so, so
 # FastAPI answers anything else with its standard 422 before a handler runs.
@@ -386,12 +386,17 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         rt: RuntimeDep,
         baseline: Annotated[
             str,
-            Query(description="target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE", pattern=SELECTOR_PATTERN),
+            Query(
+                description="target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE; from spans also "
+                "tenant=T | business_type=B | shadow=true",
+                pattern=SELECTOR_PATTERN,
+            ),
         ],
         candidate: Annotated[str, Query(description="the same forms as baseline", pattern=SELECTOR_PATTERN)],
         window: WindowQuery = "30m",
         start: StartQuery = None,
         end: EndQuery = None,
+        source: Literal["auto", "engines", "spans"] = "auto",
     ) -> CompareResponse:
         """Candidate against baseline over the window: each metric's change with its 95 % interval,
         a verdict per metric and overall (promote, hold, rollback)."""
@@ -400,7 +405,10 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         except SelectorError as exc:
             raise HTTPException(422, str(exc)) from None
         lo, hi = period(rt.now(), window, start, end) or window_bounds(rt.now(), window_seconds(window))
-        result = await asyncio.to_thread(rt.compare, base, cand, lo, hi)
+        try:
+            result = await asyncio.to_thread(rt.compare, base, cand, lo, hi, source)
+        except SelectorError as exc:
+            raise HTTPException(422, str(exc)) from None
         return compare_out(result)
 
     @app.get("/api/v1/slos/attainment", response_model=SloAttainmentResponse, tags=["slo"])

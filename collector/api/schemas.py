@@ -787,6 +787,7 @@ class CompareResponse(BaseModel):
     candidate_requests: float
     verdict: str  # promote | hold | rollback
     reason: str
+    source: str  # engines (vLLM's histograms) | spans (gateway span rollups)
     metrics: list[CompareMetric]
 
 
@@ -799,6 +800,7 @@ def compare_out(c: Comparison) -> CompareResponse:
         candidate_requests=c.candidate_requests,
         verdict=c.verdict,
         reason=c.reason,
+        source=c.source,
         metrics=[
             CompareMetric(
                 name=m.name,

@@ -27,6 +27,9 @@ from collector.drift.engine import Population, compare
 from collector.drift.stats import decumulate
 from collector.rollup import Row, add_counts
 from collector.sources.vllm import BUSY, Kind
+from collector.traces.normalize import SHADOW
+from collector.traces.rollup import LENGTH_BOUNDS, RequestCell, RequestKey
+from collector.traces.sketch import MIN_VALUE, Sketch, upper_bound
 
 COMPARE_METRICS = ("ttft", "tpot", "e2e", "request_success", "prompt_length", "generation_length",
                    "prefix_cache_hits", "prefix_cache_queries", "generation_tokens", BUSY)  # fmt: skip
@@ -55,11 +58,37 @@ class Selector:
                 f"selector {text!r}: expected target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE"
             )
         values = frozenset(v.strip() for v in value.split(",") if v.strip())
-        if name in ("target", "model", "deployment"):
+        if name in ("target", "model", "deployment", "tenant", "business_type"):
+            return cls(name, "", values, text)
+        if name == "shadow":
+            if not values <= {"true", "false"}:
+                raise SelectorError(f"selector {text!r}: shadow=true or shadow=false")
             return cls(name, "", values, text)
         if name.startswith("label.") and len(name) > 6:
             return cls("label", name[6:], values, text)
-        raise SelectorError(f"selector {text!r}: unknown key {name!r} (target, model, deployment, label.KEY)")
+        raise SelectorError(
+            f"selector {text!r}: unknown key {name!r} "
+            "(target, model, deployment, label.KEY; from spans: tenant, business_type, shadow)"
+        )
+
+    @property
+    def on_spans(self) -> bool:
+        """Whether gateway spans can be chosen by it (they carry model, tenant, business type)."""
+        return self.kind in ("model", "tenant", "business_type", "shadow")
+
+    @property
+    def on_engines(self) -> bool:
+        return self.kind in ("target", "model", "deployment", "label", "business_type")
+
+    def matches_span(self, key: RequestKey) -> bool:
+        """A span rollup's key. Shadow spans are chosen only by `shadow=true`."""
+        shadow = key.measured_at == SHADOW
+        if self.kind == "shadow":
+            return shadow == ("true" in self.values)
+        if shadow:
+            return False
+        value = {"model": key.model, "tenant": key.tenant, "business_type": key.business_type}[self.kind]
+        return value in self.values
 
     def matches(self, target: str, model: str, labels: dict[str, str], deployment: str | None) -> bool:
         if self.kind == "target":
@@ -83,13 +112,17 @@ class Side:
     generated: float = 0.0
     replica_seconds: float = 0.0
     targets: set[str] = field(default_factory=set)
+    counted: tuple[float, float] = (0.0, 0.0)  # spans: (requests, errors) as the spans report them
+    sketches: dict[str, Sketch] = field(default_factory=dict)
 
     @property
     def requests(self) -> float:
-        return sum(self.finish.values())
+        return self.counted[0] if self.counted[0] else sum(self.finish.values())
 
     @property
     def errors(self) -> float:
+        if self.counted[0]:
+            return self.counted[1]
         return sum(v for k, v in self.finish.items() if k in ERRORS)
 
 
@@ -124,6 +157,55 @@ def collect(rows: Iterable[Row], choose: Callable[[str, str], bool]) -> Side:
     return side
 
 
+def collect_spans(rows: Iterable[tuple[RequestKey, RequestCell]], choose: Callable[[RequestKey], bool]) -> Side:
+    """One side from gateway span rollups: latencies from their sketches (1 % relative accuracy,
+    so the bootstrap resamples what amounts to the requests themselves), errors as the spans
+    report them, lengths on the spans' power-of-two bins."""
+    side = Side()
+    sketches: dict[str, Sketch] = {}
+    lengths = {"prompt_length": [0.0] * (len(LENGTH_BOUNDS) + 1), "generation_length": [0.0] * (len(LENGTH_BOUNDS) + 1)}
+    tokens = {"prompt_length": 0.0, "generation_length": 0.0}
+    for key, cell in rows:
+        if not choose(key):
+            continue
+        side.targets.add(f"{key.model} ({key.measured_at})")
+        side.counted = (side.counted[0] + cell.total, side.counted[1] + cell.errors)
+        for reason, n in cell.finish.items():
+            side.finish[reason] = side.finish.get(reason, 0.0) + n
+        for metric in LATENCIES:
+            sk = cell.sketches.get(metric)
+            if sk is not None:
+                sketches.setdefault(metric, Sketch()).merge(sk)
+        for i, n in enumerate(cell.input_lengths):
+            lengths["prompt_length"][i] += n
+        for i, n in enumerate(cell.output_lengths):
+            lengths["generation_length"][i] += n
+        tokens["prompt_length"] += cell.input_tokens
+        tokens["generation_length"] += cell.output_tokens
+    side.sketches = sketches
+    for metric, counts in lengths.items():
+        events = sum(counts)
+        if events:
+            side.lengths[metric] = Population(hist={LENGTH_BOUNDS: counts}, total=tokens[metric], events=events)
+    return side
+
+
+def align_sketches(a: Side, b: Side) -> None:
+    """Put both sides' latency sketches on one bucket layout (the union of their buckets), as
+    the histogram comparison needs."""
+    for metric in LATENCIES:
+        sa, sb = a.sketches.get(metric), b.sketches.get(metric)
+        if sa is None or sb is None:
+            continue
+        present = set(sa.buckets) | set(sb.buckets)
+        # each bucket with its lower edge as a bound, so interpolation stays inside the bucket
+        indexes = sorted(present | {i - 1 for i in present})
+        bounds = (MIN_VALUE, *(upper_bound(i) for i in indexes))
+        for side, sk in ((a, sa), (b, sb)):
+            counts = [float(sk.zeros), *(float(sk.buckets.get(i, 0)) for i in indexes), 0.0]  # + the +Inf bucket
+            side.hist[metric] = {bounds: counts}
+
+
 @dataclass(frozen=True, slots=True)
 class MetricResult:
     name: str  # "ttft_p95", "error_ratio", ...
@@ -148,6 +230,7 @@ class Comparison:
     metrics: list[MetricResult]
     verdict: str  # promote | hold | rollback
     reason: str
+    source: str = "engines"  # engines (vLLM's histograms) | spans (gateway span rollups)
 
 
 def _merged(hists: dict[tuple[float, ...], list[float]]) -> tuple[tuple[float, ...], np.ndarray] | None:
@@ -280,7 +363,12 @@ class Tolerances:
 
 
 def compare_sides(
-    baseline: Side, candidate: Side, names: tuple[str, str], window: float, tol: Tolerances = Tolerances()
+    baseline: Side,
+    candidate: Side,
+    names: tuple[str, str],
+    window: float,
+    tol: Tolerances = Tolerances(),
+    source: str = "engines",
 ) -> Comparison:
     rng = np.random.default_rng(12345)
     results = []
@@ -306,4 +394,6 @@ def compare_sides(
         verdict, reason = "hold", "hold: no latency or error data to compare"
     else:
         verdict, reason = "promote", "promote: every gated metric within tolerance"
-    return Comparison(names[0], names[1], window, baseline.requests, candidate.requests, results, verdict, reason)
+    return Comparison(
+        names[0], names[1], window, baseline.requests, candidate.requests, results, verdict, reason, source
+    )

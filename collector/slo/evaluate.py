@@ -18,6 +18,7 @@ from collector.rollup import MINUTE_SECONDS, Cumulative, Row, SeriesIdent, add_c
 from collector.slo.spec import BusinessType, Objective, SloRules
 from collector.slo.windows import BurnPair
 from collector.sources.vllm import Kind
+from collector.traces.normalize import SHADOW
 from collector.traces.rollup import RequestCell, RequestKey
 
 ERROR_REASONS = frozenset({"abort", "error"})
@@ -198,7 +199,7 @@ def _trace_events(o: Objective, rows: Iterable[tuple[RequestKey, RequestCell]], 
     """Per-request events: exact, whatever the threshold (no buckets involved)."""
     good = total = 0
     for key, cell in rows:
-        if start <= key.start_unix < end:
+        if start <= key.start_unix < end and key.measured_at != SHADOW:  # shadow responses were not shown
             total += cell.total
             good += cell.jointly_good if o.sli == "goodput" else cell.good.get(o.slo, 0)
     return Events(float(good), float(total))

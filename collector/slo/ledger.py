@@ -40,6 +40,7 @@ from collector.slo.evaluate import (
 )
 from collector.slo.spec import Objective, SloRules
 from collector.sources.vllm import Kind
+from collector.traces.normalize import SHADOW
 from collector.traces.rollup import RequestCell, RequestKey
 
 
@@ -220,10 +221,24 @@ class SloLedger:
             slot = self.slices[o.slo].setdefault(start - start % size, [0.0, 0.0])
             slot[0 if metric == "generation_tokens" else 1] += cell.value
 
+    def add_live_requests(self, cells: Iterable[tuple[RequestKey, RequestCell]]) -> None:
+        """Newly committed trace request cells (the trace store's commit hook). A span is keyed by
+        the minute it started in, which may be before live counting began (a request running
+        across the collector's start, a gateway exporting late): until the backfill has run, those
+        minutes are left to it (it reads them from the store, this commit included), or they would
+        count twice."""
+        before = period_start(self.live_since) if self.live_since is not None else None
+        with self.lock:
+            if not self.ready and before is not None:
+                cells = [(k, c) for k, c in cells if k.start_unix >= before]
+        self.add_requests(cells)
+
     def add_requests(self, cells: Iterable[tuple[RequestKey, RequestCell]], period: int = MINUTE_SECONDS) -> None:
-        """Newly committed trace request cells (the trace store's commit hook)."""
+        """Trace request cells, from the backfill or (through add_live_requests) as they commit."""
         with self.lock:
             for key, cell in cells:
+                if key.measured_at == SHADOW:
+                    continue  # a shadow candidate's responses were not shown: no SLO counts them
                 for o in self.trace_objectives.get(key.business_type, ()):
                     good = cell.jointly_good if o.sli == "goodput" else cell.good.get(o.slo, 0)
                     self.counts[o.slo].add(key.start_unix, period, float(good), float(cell.total))

@@ -48,6 +48,11 @@ MODEL = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name", "mod
 TENANT = ("llmslo.tenant", "metadata.user_api_key_team_id", "metadata.user_api_key_alias", "tenant.id")
 BUSINESS_TYPE = ("llmslo.business_type",)
 MEASURED_AT = "llmslo.measured_at"
+# A candidate's response that was logged but not shown (shadow traffic): `llmslo.shadow=true` on
+# the span. Stored with measured_at "shadow": out of the SLOs and the requests summary, in the
+# canary comparison (`shadow=true` selects it).
+SHADOW_ATTRIBUTE = "llmslo.shadow"
+SHADOW = "shadow"
 # Resource attributes that name the server a span came from (the fleet map places it by them):
 # `llmslo.target` (set on vLLM with OTEL_RESOURCE_ATTRIBUTES=llmslo.target=NAME), the standard
 # service.instance.id, or service.name (OTEL_SERVICE_NAME) matched against a target's `service_name`.
@@ -69,6 +74,7 @@ USED_ATTRIBUTES = frozenset(
         *BUSINESS_TYPE,
         *GATEWAY_MARKERS,
         MEASURED_AT,
+        SHADOW_ATTRIBUTE,
         OPERATION,
         *SOURCE_ATTRIBUTES,
     }
@@ -86,7 +92,7 @@ class RequestRecord:
     span_id: bytes  # 8 bytes
     start_unix: float
     end_unix: float
-    measured_at: str  # engine | gateway | client
+    measured_at: str  # engine | gateway | client | shadow
     model: str
     business_type: str
     tenant: str
@@ -229,6 +235,8 @@ def normalize(
     claimed = a.get(MEASURED_AT)
     if claimed in (ENGINE, GATEWAY, CLIENT):
         measured_at = str(claimed)
+    if a.get(SHADOW_ATTRIBUTE) in (True, "true", "True", "1", 1):
+        measured_at = SHADOW
     e2e = _num(a, E2E, MAX_LATENCY_SECONDS)
     if e2e is None:
         e2e = (end - start) / 1e9

@@ -175,7 +175,7 @@ class TraceIngest:
             targets = self.targets_of()
             started = time.perf_counter()
             ledger = self.runtime.ledger
-            sink = ledger.add_requests if ledger is not None else None
+            sink = ledger.add_live_requests if ledger is not None else None
             new = ingest_now(self.runtime.store, records, targets, sink)  # None: a writer is busy, don't wait here
             if new is not None:
                 self.store_seconds["event_loop"].observe(time.perf_counter() - started)

@@ -20,6 +20,11 @@ _log, _ceil, _INF = math.log, math.ceil, math.inf
 MIN_VALUE = 1e-9  # values at or below (zero latencies) are counted in a zero bucket
 
 
+def upper_bound(index: int) -> float:
+    """The largest value bucket `index` holds (it holds (gamma^(index-1), gamma^index])."""
+    return float(_GAMMA**index)
+
+
 @dataclass(slots=True)
 class Sketch:
     buckets: dict[int, int] = field(default_factory=dict)

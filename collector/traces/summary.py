@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from collector.traces.normalize import SHADOW
 from collector.traces.rollup import LATENCIES, RequestCell, RequestKey
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
@@ -56,6 +57,7 @@ def summarize(
             or tenant not in (None, key.tenant)
             or model not in (None, key.model)
             or measured_at not in (None, key.measured_at)
+            or (measured_at is None and key.measured_at == SHADOW)  # shadow traffic only when asked for
         ):
             continue
         merged.merge(cell)
