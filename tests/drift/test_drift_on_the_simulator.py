@@ -65,7 +65,13 @@ SHIFT_AT = 30 * 60
 
 
 def run(
-    tmp_path: Path, incidents: str, minutes: int, every: float = 15.0, from_minute: int = 29, system: int = 0
+    tmp_path: Path,
+    incidents: str,
+    minutes: int,
+    every: float = 15.0,
+    from_minute: int = 29,
+    system: int = 0,
+    scrape_interval: float = 1.0,
 ) -> tuple[Runtime, float, list[tuple[float, list[Finding]]]]:
     """Simulate, judging drift every `every` seconds of virtual time from `from_minute` on,
     on what has been stored so far (as a live collector would): [(now, findings), ...]."""
@@ -87,7 +93,7 @@ def run(
             assert rt.drift is not None
             passes.append((t0 + t, rt.drift.evaluate(t0 + t - 0.5)))  # before this second's scrape
 
-    run_into_store(scenario, store, minutes * 60, scrape_interval=1.0, settings=settings, on_scrape=judge)
+    run_into_store(scenario, store, minutes * 60, scrape_interval=scrape_interval, settings=settings, on_scrape=judge)
     return rt, t0, passes
 
 
@@ -135,6 +141,19 @@ def test_a_prompt_length_shift_is_reported_within_two_minutes_with_its_explanati
     rt2.evaluate_slos(float(when) + 300)
     firing = [a for a in rt2.alerts.instances.values() if a.labels["alertname"] == "LLMSLOWorkloadDrift"]
     assert {(a.labels["signal"], a.labels["severity"]) for a in firing} >= {("prompt_length", "ticket")}
+
+
+def test_with_15_second_scrapes_a_shift_is_reported_within_two_intervals_and_a_minute(tmp_path: Path) -> None:
+    """The general bound: a shift is in the window once two scrapes carry it, and the drift pass
+    runs every 15 s (derive_interval); the minute a scrape lands in is read whole."""
+    shift = f"{{kind: prompt_drift, start: {SHIFT_AT}s, duration: 10m, target: chat, factor: 3.6}}"
+    rt, t0, passes = run(tmp_path, shift, 36, scrape_interval=15.0)
+    first = next((now for now, out in passes if any(f.signal == "prompt_length" and f.drifted for f in out)), None)
+    assert first is not None, "the shift was never reported"
+    assert not any(f.signal == "prompt_length" and f.drifted for now, out in passes if now < t0 + SHIFT_AT for f in out)
+    delay = first - (t0 + SHIFT_AT)
+    print(f"\nwith 15 s scrapes: reported {delay:.0f} s after the shift started (bound {2 * 15 + 60} s)")
+    assert 0 < delay <= 2 * 15 + 60
 
 
 def test_a_prefix_cache_collapse_is_reported(tmp_path: Path) -> None:
