@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from collector import __version__
 from collector.api.deps import RuntimeDep
 from collector.api.embedded import EmbeddedServer
-from collector.api.metrics import build_registry
+from collector.api.metrics import build_registry, render_targets
 from collector.api.schemas import (
     CapacityResponse,
     CompareResponse,
@@ -228,7 +228,12 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
     async def metrics(request: Request) -> Response:
         # rendered off the event loop: at a thousand targets it takes ~0.1 s of CPU, during which
         # scrapes due on the loop would wait
-        body = await asyncio.to_thread(generate_latest, request.app.state.registry)
+        rt: Runtime = request.app.state.runtime
+
+        def render() -> bytes:
+            return generate_latest(request.app.state.registry) + render_targets(rt).encode()
+
+        body = await asyncio.to_thread(render)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/v1/targets", response_model=TargetsResponse, tags=["serving"])

@@ -1,0 +1,46 @@
+"""The per-target self-metrics, rendered by hand for speed: valid exposition text that
+prometheus_client's own parser reads back, value for value, with the rest of /metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from collector.api.metrics import TARGET_FAMILIES, build_registry, render_targets
+from collector.config import Settings
+from collector.runtime import Runtime
+
+
+def test_target_families_parse_back_and_join_the_rest(tmp_path: Path) -> None:
+    settings = Settings.model_validate(
+        {
+            "data_dir": str(tmp_path),
+            "targets": [
+                {"name": "vllm-a", "url": "http://127.0.0.1:9/metrics"},
+                {"name": "vllm.b:1", "url": "http://127.0.0.1:9/metrics"},
+            ],
+        }
+    )
+    rt = Runtime(settings)
+    a = rt.scrapers["vllm-a"].status
+    a.up, a.last_duration_seconds, a.samples, a.scrapes_total, a.last_scrape_unix = True, 0.25, 311, 7, 1.7e9
+    a.errors_total["timeout"] += 2
+    a.restarts_total, a.last_restart_unix, a.process_start_unix = 1, 1.69e9, 1.69e9
+    text = generate_latest(build_registry(rt)).decode() + render_targets(rt)
+    families = list(text_string_to_metric_families(text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names)), "a family is rendered twice"
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+    assert samples[("llmslo_target_up", (("target", "vllm-a"),))] == 1.0
+    assert samples[("llmslo_scrape_duration_seconds", (("target", "vllm-a"),))] == 0.25
+    assert samples[("llmslo_scrapes_total", (("target", "vllm-a"),))] == 7
+    assert samples[("llmslo_scrape_errors_total", (("reason", "timeout"), ("target", "vllm-a")))] == 2
+    # a reason that never happened is not a series; a target never scraped has no up/duration yet
+    assert not any(n == "llmslo_scrape_errors_total" and dict(k)["target"] == "vllm.b:1" for n, k in samples)
+    assert ("llmslo_target_up", (("target", "vllm.b:1"),)) not in samples
+    assert samples[("llmslo_scrapes_total", (("target", "vllm.b:1"),))] == 0
+    types = {f.name: f.type for f in families}
+    for name, kind, _ in TARGET_FAMILIES:
+        assert types[name.removesuffix("_total") if kind == "counter" else name] == kind
