@@ -147,7 +147,7 @@ def test_with_15_second_scrapes_a_shift_is_reported_within_two_intervals_and_a_m
     """The general bound: a shift is in the window once two scrapes carry it, and the drift pass
     runs every 15 s (derive_interval); the minute a scrape lands in is read whole."""
     shift = f"{{kind: prompt_drift, start: {SHIFT_AT}s, duration: 10m, target: chat, factor: 3.6}}"
-    rt, t0, passes = run(tmp_path, shift, 36, scrape_interval=15.0)
+    _rt, t0, passes = run(tmp_path, shift, 36, scrape_interval=15.0)
     first = next((now for now, out in passes if any(f.signal == "prompt_length" and f.drifted for f in out)), None)
     assert first is not None, "the shift was never reported"
     assert not any(f.signal == "prompt_length" and f.drifted for now, out in passes if now < t0 + SHIFT_AT for f in out)
