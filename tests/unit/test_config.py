@@ -82,7 +82,10 @@ targets:
     assert f"{path}:3: windows: " in text and "not whole minutes" in text
     assert f"{path}:6: targets[0].url" in text and "http://" in text
     assert f"{path}:7: targets[0].colour: unknown key" in text
-    assert len(problems) == 4  # cross checks run only on a valid model
+    # and in the same pass, the checks across fields (they used to wait for a valid model)
+    assert f"{path}:8: targets[1].name: duplicate target name 'a'" in text
+    assert f"{path}:8: targets[1].business_type: unknown business type 'chitchat'" in text
+    assert len(problems) == 6
 
 
 def test_cross_checks_report_duplicates_and_unknown_business_types(tmp_path: Path) -> None:
