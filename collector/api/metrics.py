@@ -365,7 +365,7 @@ TARGET_FAMILIES: tuple[tuple[str, str, str], ...] = (
     (conv.SCRAPE_BODY_BYTES, "gauge", "Decompressed body size of the last scrape."),
     (conv.LAST_SCRAPE_TIMESTAMP_SECONDS, "gauge", "Unix time of the last scrape."),
     (conv.SCRAPES_TOTAL, "counter", "Scrapes attempted."),
-    (conv.SCRAPE_ERRORS_TOTAL, "counter", "Failed scrapes by reason (a reason appears once it has happened)."),
+    (conv.SCRAPE_ERRORS_TOTAL, "counter", "Failed scrapes by reason."),
     (conv.COUNTER_RESETS_TOTAL, "counter", "Series whose counters reset (a restart resets every series)."),
     (conv.TARGET_RESTARTS_TOTAL, "counter", "Restarts of the target's server seen by llmslo (one per restart)."),
     (conv.TARGET_LAST_RESTART_SECONDS, "gauge", "Unix time the last restarted server process started."),
@@ -412,7 +412,9 @@ def _target_values(name: str, label: str, st: Any) -> list[tuple[str, float]]:
     if name == conv.SCRAPES_TOTAL:
         return [("", float(st.scrapes_total))]
     if name == conv.SCRAPE_ERRORS_TOTAL:
-        return [(f',{conv.LABEL_REASON}="{r}"', float(n)) for r, n in sorted(st.errors_total.items()) if n]
+        # every known reason from the start, at 0: a series born at 1 would hide its first
+        # failure from rate() and increase()
+        return [(f',{conv.LABEL_REASON}="{r}"', float(st.errors_total.get(r, 0))) for r in conv.SCRAPE_ERROR_REASONS]
     if name == conv.COUNTER_RESETS_TOTAL:
         return [("", float(st.counter_resets_total))]
     if name == conv.TARGET_RESTARTS_TOTAL:

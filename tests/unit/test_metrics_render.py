@@ -37,8 +37,9 @@ def test_target_families_parse_back_and_join_the_rest(tmp_path: Path) -> None:
     assert samples[("llmslo_scrape_duration_seconds", (("target", "vllm-a"),))] == 0.25
     assert samples[("llmslo_scrapes_total", (("target", "vllm-a"),))] == 7
     assert samples[("llmslo_scrape_errors_total", (("reason", "timeout"), ("target", "vllm-a")))] == 2
-    # a reason that never happened is not a series; a target never scraped has no up/duration yet
-    assert not any(n == "llmslo_scrape_errors_total" and dict(k)["target"] == "vllm.b:1" for n, k in samples)
+    # every reason is a series from the start (at 0, so increase() sees the first failure); a
+    # target never scraped has no up or duration yet
+    assert samples[("llmslo_scrape_errors_total", (("reason", "connect"), ("target", "vllm.b:1")))] == 0
     assert ("llmslo_target_up", (("target", "vllm.b:1"),)) not in samples
     assert samples[("llmslo_scrapes_total", (("target", "vllm.b:1"),))] == 0
     types = {f.name: f.type for f in families}
