@@ -711,10 +711,23 @@ def dashboards(rules: SloRules) -> list[dict[str, Any]]:
     out = []
     for make in BOARDS:
         board = make(rules)
-        built = json.loads(JSONEncoder(sort_keys=True, indent=2).encode(board.builder.build()))
+        built = tidy(json.loads(JSONEncoder(sort_keys=True, indent=2).encode(board.builder.build())))
         built["description"] = GENERATED_HEADER.strip("# \n") + " " + board.description
         out.append(built)
     return out
+
+
+INTERVAL_ONLY = ("auto", "auto_count", "auto_min")
+
+
+def tidy(board: dict[str, Any]) -> dict[str, Any]:
+    """The SDK writes an interval variable's `auto*` fields on every variable; Grafana's schema
+    (@grafana/schema) knows them on none: drop them where they mean nothing."""
+    for variable in board.get("templating", {}).get("list", []):
+        if variable.get("type") != "interval":
+            for key in INTERVAL_ONLY:
+                variable.pop(key, None)
+    return board
 
 
 def dashboard_files(rules: SloRules) -> dict[str, str]:

@@ -11,6 +11,8 @@ import pytest
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
+from collector.generate.dashboards import tidy
+
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted((ROOT / "dashboards").glob("*.json"))
 EXPECTED = {
@@ -38,7 +40,7 @@ def test_the_set_of_dashboards() -> None:
 def test_a_dashboard(path: Path) -> None:
     board = json.loads(path.read_text())
     # Grafana's SDK decodes it and encodes it back unchanged
-    again = json.loads(JSONEncoder(sort_keys=True).encode(Dashboard.from_json(board)))
+    again = tidy(json.loads(JSONEncoder(sort_keys=True).encode(Dashboard.from_json(board))))
     assert again == board
     # variables and links
     names = [v["name"] for v in board["templating"]["list"]]
@@ -70,3 +72,54 @@ def test_a_dashboard(path: Path) -> None:
                 assert window == "$__rate_interval", (p["title"], expr)
             if "vllm:" in expr:  # engine series: filtered by the dashboard's variables
                 assert "$business_type" in expr and "$model" in expr and "$instance" in expr, expr
+
+
+GRAFANA_SCHEMA = "11.6.0"  # @grafana/schema of the Grafana release the SDK targets
+TYPECHECK = """import type {{ AnnotationQuery, Dashboard }} from '@grafana/schema';
+// Prometheus annotations carry their query in `expr`, which Grafana reads and the schema's
+// AnnotationQuery (typed for Grafana's built-in annotations) does not list: allowed here, and
+// every other field checked.
+const annotations: Array<AnnotationQuery & {{ expr: string }}> = {annotations};
+export const board: Dashboard = {rest};
+"""
+
+
+def test_dashboards_typecheck_against_grafanas_schema(tmp_path: Path) -> None:
+    """Each dashboard as a TypeScript object literal of @grafana/schema's Dashboard type, checked
+    by tsc (strict; object literals also fail on keys the schema does not know)."""
+    import os
+    import shutil
+    import subprocess
+
+    npm = shutil.which("npm")
+    if npm is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("npm is not installed (Node.js is needed for the dashboards' schema check)")
+        pytest.skip("npm not installed")
+    cache = Path.home() / ".cache" / "llmslo" / f"grafana-schema-{GRAFANA_SCHEMA}"
+    tsc = cache / "node_modules" / ".bin" / "tsc"
+    if not tsc.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / "package.json").write_text('{"private": true}')
+        done = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", f"@grafana/schema@{GRAFANA_SCHEMA}", "typescript@5"],
+            cwd=cache, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+    files = []
+    for path in FILES:
+        board = json.loads(path.read_text())
+        annotations = board["annotations"]["list"]
+        board["annotations"] = "__ANNOTATIONS__"  # the typed list above, in the literal itself
+        rest = json.dumps(board, indent=1).replace('"__ANNOTATIONS__"', "{ list: annotations }")
+        ts = cache / f"{path.stem}.ts"
+        ts.write_text(TYPECHECK.format(annotations=json.dumps(annotations), rest=rest))
+        files.append(ts.name)
+    flags = ["--noEmit", "--strict", "--target", "es2020", "--moduleResolution", "node", "--skipLibCheck"]
+    done = subprocess.run([str(tsc), *flags, *files], cwd=cache, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:]
+    # and the check can fail: a key the schema does not know
+    bad = cache / "misspelt.ts"
+    bad.write_text((cache / files[0]).read_text().replace('"title":', '"titel": "x",\n "title":', 1))
+    done = subprocess.run([str(tsc), *flags, bad.name], cwd=cache, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "titel" in done.stdout
