@@ -771,7 +771,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 port=args.port,
                 data_dir=args.data_dir,
                 duration=args.duration,
-                live=not args.no_live,
+                live=not args.no_live and sys.stdout.isatty(),
+                window_scale=args.window_scale,
+                alertmanager=not args.no_alertmanager,
             )
         )
     print("demo stopped")
@@ -930,7 +932,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=9464, help="the collector's port (default 9464)")
     p.add_argument("--data-dir", default="./data", help="where the demo's SQLite database goes (default ./data)")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
-    p.add_argument("--no-live", action="store_true", help="no terminal view (for scripts)")
+    p.add_argument(
+        "--no-live", action="store_true", help="a plain line per event instead of the view (also when not a terminal)"
+    )
+    p.add_argument(
+        "--window-scale",
+        type=float,
+        default=1 / 60,
+        help="SLO windows this much of their length (default 1/60: the 1h burn window lasts a minute; 1 = real)",
+    )
+    p.add_argument(
+        "--no-alertmanager", action="store_true", help="do not start Debian's Alertmanager even if installed"
+    )
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("example-target", help="serve the bundled example vLLM /metrics")

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import logging
+import re
+import shutil
+import socket
+import subprocess
 import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import uvicorn
+import yaml
 from rich.console import Group
 from rich.live import Live
+from rich.logging import RichHandler
 from rich.table import Table
 from rich.text import Text
 
@@ -25,7 +31,7 @@ from collector.analytics.percentiles import QuantileEstimate
 from collector.analytics.serving import ServingReport, ServingStats
 from collector.api.app import create_app
 from collector.api.embedded import EmbeddedServer
-from collector.config import Settings
+from collector.config import Settings, format_duration
 from collector.runtime import Runtime
 from collector.sim.fastclock import targets_for
 from collector.sim.scenario import Scenario
@@ -85,43 +91,99 @@ def _cell(q: QuantileEstimate | None, objective: float | None) -> Text:
     )
 
 
-def _slo_cell(severity: str | None) -> Text:
-    if severity == "page":
-        return Text("PAGE", style="bold white on red")
-    if severity == "ticket":
-        return Text("ticket", style="yellow")
-    return Text("ok", style="green")
+def _slo_cell(firing: list[tuple[str, str, str]]) -> Text:
+    """The business type's firing burn-rate alerts: which SLO, which pair, page or ticket."""
+    if not firing:
+        return Text("ok", style="green")
+    out = Text()
+    for i, (slo, severity, pair) in enumerate(sorted(firing, key=lambda f: (f[1] != "page", f[0]))):
+        if i:
+            out.append(", ")
+        style = "bold white on red" if severity == "page" else "yellow"
+        out.append(f"{'PAGE' if severity == 'page' else 'ticket'} {slo} {pair}", style=style)
+    return out
 
 
-def render_view(
-    report: ServingReport | None, sim: Simulation, base: str, alerts: dict[str, str] | None = None
-) -> Group:
+Firing = dict[str, list[tuple[str, str, str]]]  # business type -> [(slo, severity, long/short)]
+
+
+def firing_alerts(runtime: Runtime) -> Firing:
+    out: Firing = {}
+    for inst in runtime.alerts.active():
+        if inst.state != "firing" or "slo" not in inst.labels:
+            continue
+        lbl = inst.labels
+        pair = f"{lbl.get('long_window', '')}/{lbl.get('short_window', '')}"
+        out.setdefault(lbl["business_type"], []).append((lbl["slo"], lbl["severity"], pair))
+    return out
+
+
+def measured(report: ServingReport | None, firing: Firing) -> tuple[str, str]:
+    """What the collector measures now, in one line, and its style: the business types over
+    their p95 objective (with where the time goes: queue or prefill), and the alerts firing."""
+    if report is None:
+        return "measuring: waiting for the first scrapes", "dim"
+    problems = []
+    for b in report.business_types:
+        obj = OBJECTIVES.get(b.business_type, {})
+        ttft = _p95(b.stats, "ttft")
+        if ttft is not None and "ttft" in obj and ttft.value > obj["ttft"]:
+            why = ""
+            queue, prefill = b.stats.latencies.get("queue"), b.stats.latencies.get("prefill")
+            if queue and prefill and queue.mean_seconds is not None and prefill.mean_seconds is not None:
+                where = "queue" if queue.mean_seconds > prefill.mean_seconds else "prefill"
+                why = f" (mean queue {_seconds(queue.mean_seconds)}, prefill {_seconds(prefill.mean_seconds)}: {where})"
+            problems.append(f"{b.business_type} TTFT p95 {_estimate(ttft)} over {_seconds(obj['ttft'])}{why}")
+    pages = sorted({slo for f in firing.values() for slo, sev, _ in f if sev == "page"})
+    tickets = sorted({slo for f in firing.values() for slo, sev, _ in f if sev != "page"})
+    parts = problems or ["every business type within its p95 objectives"]
+    alerts = []
+    if pages:
+        alerts.append("PAGING " + ", ".join(pages))
+    if tickets:
+        alerts.append("tickets " + ", ".join(tickets))
+    line = "measured: " + "; ".join(parts) + ("; " + "; ".join(alerts) if alerts else "; no alert firing")
+    style = "bold red" if pages or problems else "yellow" if tickets else "green"
+    return line, style
+
+
+def clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+def scenario_line(sim: Simulation) -> str:
     t = sim.now
-    header = Text(
-        f"llmslo demo   t = {int(t // 60)}:{int(t % 60):02d}   API {base}/api/v1/serving   "
-        f"metrics {base}/metrics   docs {base}/docs   (Ctrl-C stops)",
-        style="bold",
-    )
     active = [i for i in sim.scenario.incidents if i.active(t)]
     upcoming = [i for i in sim.scenario.incidents if i.start > t]
     if active:
-        state = Text(
-            "incident: " + ", ".join(f"{i.kind} x{i.factor:g}" if i.factor != 1 else i.kind for i in active),
-            style="bold red",
+        return "scenario: " + ", ".join(
+            f"{i.kind}{f' x{i.factor:g}' if i.factor != 1 else ''} until {clock(i.start + i.duration)}" for i in active
         )
-    elif upcoming:
-        nxt = upcoming[0]
-        state = Text(
-            f"healthy; next incident ({nxt.kind}) at {int(nxt.start // 60)}:{int(nxt.start % 60):02d}",
-            style="green",
-        )
-    else:
-        state = Text("healthy (no incident left in the scenario)", style="green")
+    if upcoming:
+        return f"scenario: next incident {upcoming[0].kind} at {clock(upcoming[0].start)}"
+    return "scenario: no incident left (the alerts resolve as their windows clear)"
+
+
+def render_view(
+    report: ServingReport | None,
+    sim: Simulation,
+    base: str,
+    firing: Firing | None = None,
+    scale_note: str = "",
+    alertmanager: str | None = None,
+) -> Group:
+    t = sim.now
+    firing = firing or {}
+    header = Text(f"llmslo demo   t = {int(t // 60)}:{int(t % 60):02d}   {scale_note}", style="bold")
+    line, style = measured(report, firing)
+    links = f"API {base}/api/v1/slos   metrics {base}/metrics"
+    links += f"   Alertmanager {alertmanager}" if alertmanager else "   (no Alertmanager installed: alerts listed here)"
     table = Table(
-        title="per business type, last minute: p95 ~interpolated (vLLM bucket) / objective; SLO = burn-rate alerts"
+        title="per business type, last minute: p95 ~interpolated in its vLLM bucket (from-to) / objective",
+        caption="Ctrl-C stops",
     )
-    for col in ("business type", "req/s", "TTFT p95", "TPOT p95", "cache hit", "waiting", "p95s", "SLO"):
-        table.add_column(col)
+    for col in ("business type", "req/s", "TTFT p95", "TPOT p95", "cache hit", "waiting", "p95 vs objective", "alerts"):
+        table.add_column(col, overflow="fold")
     if report is not None:
         for b in report.business_types:
             s = b.stats
@@ -137,10 +199,75 @@ def render_view(
                 _cell(tpot, obj.get("tpot")),
                 f"{s.prefix_cache_hit_ratio:.0%}" if s.prefix_cache_hit_ratio is not None else "-",
                 f"{s.requests_waiting.last:.0f}" if s.requests_waiting else "-",
-                Text("over", style="bold red") if breach else Text("ok", style="green"),
-                _slo_cell((alerts or {}).get(b.business_type)),
+                Text("over", style="bold red") if breach else Text("within", style="green"),
+                _slo_cell(firing.get(b.business_type, [])),
             )
-    return Group(header, state, table)
+    return Group(header, Text(line, style=style), Text(scenario_line(sim), style="dim"), Text(links), table)
+
+
+def scaled_rules(data_dir: Path, scale: float, alertmanager_url: str | None) -> Path:
+    """The shipped rules on the demo's compressed clock: every SLO window `scale` as long."""
+    text = DEFAULT_RULES.read_text()
+    text = text.replace("evaluation_interval: 30s", f"evaluation_interval: 5s\nwindow_scale: {scale!r}")
+    if alertmanager_url:
+        text += f"\nalertmanager: {{url: {alertmanager_url}}}\n"
+    path = data_dir / "demo-rules.yaml"
+    path.write_text(text)
+    return path
+
+
+def start_alertmanager(data_dir: Path, rules_path: Path, host: str) -> tuple[subprocess.Popen[bytes], str] | None:
+    """Debian's Alertmanager on loopback with the generated routing, when it is installed."""
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if binary is None:
+        return None
+    from collector.generate.alertmanager import alertmanager_config
+    from collector.slo.spec import load_rules
+
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port = int(sock.getsockname()[1])
+    config = data_dir / "demo-alertmanager.yml"
+    config.write_text(yaml.safe_dump(alertmanager_config(load_rules(rules_path).rules)))
+    proc = subprocess.Popen(
+        [binary, f"--config.file={config}", f"--storage.path={data_dir / 'demo-alertmanager'}",
+         f"--web.listen-address={host}:{port}", "--cluster.listen-address="],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    return proc, f"http://{host}:{port}"
+
+
+class PlainLog:
+    """Without a terminal (output piped to a file): one line per event, and what is measured
+    once a minute."""
+
+    def __init__(self) -> None:
+        self.firing: set[tuple[str, str, str]] = set()
+        self.incidents: set[str] = set()
+        self.last_state = ""
+        self.last_print = -1e9
+
+    def update(self, report: ServingReport | None, sim: Simulation, firing: Firing) -> None:
+        t = sim.now
+        stamp = f"[{int(t // 60)}:{int(t % 60):02d}]"
+        now = {(bt, slo, f"{sev} {pair}") for bt, items in firing.items() for slo, sev, pair in items}
+        for bt, slo, what in sorted(now - self.firing):
+            print(f"{stamp} FIRING {what} {slo} ({bt})", flush=True)
+        for bt, slo, what in sorted(self.firing - now):
+            print(f"{stamp} resolved {what} {slo} ({bt})", flush=True)
+        self.firing = now
+        active = {i.kind for i in sim.scenario.incidents if i.active(t)}
+        for kind in sorted(active - self.incidents):
+            print(f"{stamp} scenario: {kind} starts", flush=True)
+        for kind in sorted(self.incidents - active):
+            print(f"{stamp} scenario: {kind} ends", flush=True)
+        self.incidents = active
+        line, _ = measured(report, firing)
+        # a new line when what is over its objective changes, else every half minute
+        state = " ".join(sorted(re.findall(r"(\S+) TTFT p95", line))) + "|" + str(sorted(now))
+        if report is not None and (state != self.last_state or t - self.last_print >= 30):
+            print(f"{stamp} {line}", flush=True)
+            self.last_state, self.last_print = state, t
 
 
 async def run_demo(
@@ -150,29 +277,42 @@ async def run_demo(
     data_dir: str = "./data",
     duration: float | None = None,
     live: bool = True,
+    window_scale: float = 1 / 60,
+    alertmanager: bool = True,
 ) -> DemoResult:
-    """Run until Ctrl-C (or `duration` seconds); returns the last report and SLO statuses."""
+    """Run until Ctrl-C (or `duration` seconds); returns the last report and SLO statuses.
+
+    The SLO windows run on a compressed clock (`window_scale`: 1/60 makes the 1h burn window
+    1 minute), so that a page, its cause and its resolution all happen within minutes."""
     sim = Simulation(scenario, host=host)
     await sim.start()
     targets = targets_for(scenario, lambda r: sim.url(r))
-    db = Path(data_dir) / "demo.db"
-    db.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(data_dir)
+    db = folder / "demo.db"
+    folder.mkdir(parents=True, exist_ok=True)
     db.unlink(missing_ok=True)  # every demo starts from an empty store
+    am = start_alertmanager(folder, scaled_rules(folder, window_scale, None), host) if alertmanager else None
+    rules_path = scaled_rules(folder, window_scale, am[1] if am else None)
     settings = Settings.model_validate(
         {
             "data_dir": data_dir,
             "database_url": f"sqlite:///{db}",
             "server": {"host": host, "port": port},
             "windows": ["1m", "5m"],
-            "rules": str(DEFAULT_RULES),
+            "rules": str(rules_path),
             "derive_interval": "5s",
             "scrape": {"interval": "5s", "timeout": "4s"},
             "targets": [t.model_dump() for t in targets],
+            "report": {"enabled": False},
         }
     )
     runtime = Runtime(settings)
-    if runtime.rules is not None:  # a demo lasts minutes: evaluate every 5 s, not every 30 s
-        runtime.rules = dataclasses.replace(runtime.rules, evaluation_interval_seconds=5.0)
+    scale_note = (
+        f"clock: SLO windows {1 / window_scale:g}x shorter (the 1h/5m page pair reads "
+        f"{format_duration(3600 * window_scale)}/{format_duration(300 * window_scale)})"
+        if window_scale != 1
+        else "clock: real SLO windows"
+    )
     server = EmbeddedServer(
         uvicorn.Config(create_app(settings, runtime), host=host, port=port, log_level="warning", access_log=False)
     )
@@ -180,30 +320,39 @@ async def run_demo(
     base = f"http://{host}:{port}"
     started = time.monotonic()
     report: ServingReport | None = None
+    plain = None if live else PlainLog()
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # schema set-up chatter
+    if plain is not None:
+        print(f"llmslo demo: {scale_note}; API {base}" + (f"; Alertmanager {am[1]}" if am else ""), flush=True)
     try:
         while not server.started:
             if serve_task.done():
                 serve_task.result()
             await asyncio.sleep(0.05)
         with (
-            Live(render_view(None, sim, base), refresh_per_second=2, transient=False)
+            Live(render_view(None, sim, base, None, scale_note), refresh_per_second=2)
             if live
             else (contextlib.nullcontext()) as view
         ):
+            if view is not None:  # log records through the live console, not over the view
+                root = logging.getLogger()
+                for handler in list(root.handlers):
+                    root.removeHandler(handler)
+                root.addHandler(RichHandler(console=view.console, show_path=False))
             while duration is None or time.monotonic() - started < duration:
                 report = await asyncio.to_thread(runtime.report, 60.0, time.time())
-                worst: dict[str, str] = {}
-                for inst in runtime.alerts.active():
-                    if inst.state == "firing":
-                        bt = inst.labels["business_type"]
-                        if worst.get(bt) != "page":
-                            worst[bt] = inst.labels["severity"]
+                firing = firing_alerts(runtime)
                 if view is not None:
-                    view.update(render_view(report, sim, base, worst))
+                    view.update(render_view(report, sim, base, firing, scale_note, am[1] if am else None))
+                elif plain is not None:
+                    plain.update(report, sim, firing)
                 await asyncio.sleep(2.0)
     finally:
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await serve_task
         await sim.stop()
+        if am is not None:
+            am[0].terminate()
+            am[0].wait(10)
     return DemoResult(report, list(runtime.slo_statuses))

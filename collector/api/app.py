@@ -78,7 +78,7 @@ async def _start_otlp_port(rt: Runtime, settings: Settings) -> tuple[EmbeddedSer
     return server, task
 
 
-SELECTOR_PATTERN = r"^(target|model|deployment|tenant|business_type|shadow|label\.[^=\s]+)=.*\S.*$"
+SELECTOR_PATTERN = r"^((target|model|deployment|tenant|business_type|label\.[^=\s]+)=.*\S.*|shadow=(true|false))$"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/v1/traces"})
 # A window is whole minutes (merges of minute rollups): the schema says so, so
 # FastAPI answers anything else with its standard 422 before a handler runs.
@@ -122,6 +122,13 @@ StartQuery = Annotated[
 EndQuery = Annotated[
     int | None, Query(ge=0, le=2**40, description="unix seconds, exclusive; alone, the window before it")
 ]
+
+
+MAX_REPORT_DAYS = 400
+NOT_STORED: dict[int | str, dict[str, Any]] = {404: {"description": "no stored report with this id"}}
+# a report's period is rendered in calendar dates: within the year 3000
+ReportStart = Annotated[int | None, Query(ge=0, le=32_503_680_000, description="unix seconds: with end, [start, end)")]
+ReportEnd = Annotated[int | None, Query(ge=0, le=32_503_680_000, description="unix seconds, exclusive")]
 
 
 def period(now: float, window: str, start: int | None, end: int | None) -> tuple[int, int] | None:
@@ -412,8 +419,12 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         lo, hi = period(rt.now(), window, start, end) or window_bounds(rt.now(), window_seconds(window))
         try:
             result = await asyncio.to_thread(rt.compare, base, cand, lo, hi, source)
-        except SelectorError as exc:
-            raise HTTPException(422, str(exc)) from None
+        except SelectorError as exc:  # valid selectors that cannot be compared with each other
+            return CompareResponse(
+                baseline=baseline, candidate=candidate, window=format_duration(max(60, hi - lo)),
+                baseline_requests=0, candidate_requests=0, verdict="hold", reason=f"hold: {exc}",
+                source="none", metrics=[],
+            )  # fmt: skip
         return compare_out(result)
 
     @app.get("/api/v1/slos/attainment", response_model=SloAttainmentResponse, tags=["slo"])
@@ -433,26 +444,36 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         rows = await asyncio.to_thread(ReportService(rt).list)
         return ReportsResponse(reports=[ReportEntry(**r) for r in rows])
 
-    @app.post("/api/v1/reports", response_model=ReportEntry, tags=["reports"])
+    @app.post(
+        "/api/v1/reports",
+        response_model=ReportEntry,
+        tags=["reports"],
+        responses={404: {"description": "the year has no such ISO week (53)"}},
+    )
     async def create_report(
         rt: RuntimeDep,
-        week: Annotated[str, Query(pattern=r"^(last|this|\d{4}-W\d{2})$")] = "last",
-        start: StartQuery = None,
-        end: EndQuery = None,
+        week: Annotated[str, Query(pattern=r"^(last|this|\d{4}-W(0[1-9]|[1-4]\d|5[0-3]))$")] = "last",
+        start: ReportStart = None,
+        end: ReportEnd = None,
         deliver: bool = False,
     ) -> ReportEntry:
-        """Build and store the report for a week (or [start, end)); with `deliver`, send it by
-        the configured channels in the background (their state shows in GET /api/v1/reports)."""
+        """Build and store the report for a week (or [start, end): start alone runs to now, end
+        alone takes the week before it; cut to the stored data and to 400 days); with `deliver`,
+        send it by the configured channels in the background (their state shows in GET
+        /api/v1/reports)."""
         tz = rt.settings.report.timezone
+        fixed = period(rt.now(), "1w", start, end)
         try:
-            if start is not None or end is not None:
-                if start is None or end is None:
-                    raise PeriodError("give both start and end, or week")
-                chosen = between(start, end, tz)
+            if fixed is not None:
+                # from the first stored data at most, and at most MAX_REPORT_DAYS (a report walks its days)
+                first = await asyncio.to_thread(rt.store.first_unix)
+                hi = max(fixed[1], fixed[0] + 60)  # an empty period: one minute
+                lo = max(fixed[0], min(first if first is not None else hi - 60, hi - 60), hi - MAX_REPORT_DAYS * 86400)
+                chosen = between(lo, hi, tz)
             else:
                 chosen = parse_week(week, tz, rt.now())
-        except PeriodError as exc:
-            raise HTTPException(422, str(exc)) from None
+        except PeriodError as exc:  # a year without a week 53
+            raise HTTPException(404, str(exc)) from None
         service = ReportService(rt)
         built = await asyncio.to_thread(service.generate, chosen)
         if deliver:
@@ -460,16 +481,16 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         entry = next(r for r in await asyncio.to_thread(service.list) if r["id"] == built.id)
         return ReportEntry(**entry)
 
-    @app.get("/api/v1/reports/{report_id}", tags=["reports"])
+    @app.get("/api/v1/reports/{report_id}", tags=["reports"], responses=NOT_STORED)
     async def report_json(rt: RuntimeDep, report_id: str) -> Response:
         """The report's data as JSON (every figure of the HTML and Markdown forms)."""
         return _stored(await asyncio.to_thread(ReportService(rt).get, report_id, "data"), "application/json")
 
-    @app.get("/reports/{report_id}.md", tags=["reports"], response_class=Response)
+    @app.get("/reports/{report_id}.md", tags=["reports"], response_class=Response, responses=NOT_STORED)
     async def report_markdown(rt: RuntimeDep, report_id: str) -> Response:
         return _stored(await asyncio.to_thread(ReportService(rt).get, report_id, "markdown"), "text/markdown")
 
-    @app.get("/reports/{report_id}", tags=["reports"], response_class=Response)
+    @app.get("/reports/{report_id}", tags=["reports"], response_class=Response, responses=NOT_STORED)
     async def report_html(rt: RuntimeDep, report_id: str) -> Response:
         """The report page: charts inline, no JavaScript, printable."""
         return _stored(await asyncio.to_thread(ReportService(rt).get, report_id, "html"), "text/html")

@@ -52,7 +52,7 @@ class Selector:
     @classmethod
     def parse(cls, text: str) -> Selector:
         name, sep, value = text.partition("=")
-        name = name.strip()
+        name = name.strip(" \t")  # only blanks: any other character belongs to a label key
         if not sep or not value.strip():
             raise SelectorError(
                 f"selector {text!r}: expected target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE"

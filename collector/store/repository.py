@@ -331,6 +331,12 @@ class Store:
                 out.append(Row(int(row.start_unix), int(row.period_seconds), cell))
         return out
 
+    def first_unix(self) -> int | None:
+        """The start of the oldest stored engine cell (None: nothing stored)."""
+        with self.engine.connect() as conn:
+            value = conn.execute(select(func.min(rollups.c.start_unix))).scalar()
+        return None if value is None else int(value)
+
     def coverage(self, start_unix: int, end_unix: int, intervals: dict[str, float] | None = None) -> dict[str, float]:
         """Per target, the seconds of [start, end) that hold any stored cell: a minute with a good
         scrape counts the target's scrape interval (one minute in five holds a 5m scrape), a

@@ -1,0 +1,101 @@
+"""`llmslo demo` as a user sees it: run in a pseudo-terminal of 150 x 40 and read through a VT100
+emulator (pyte), on its compressed clock, with a scenario that brings the overload sooner: the
+story's milestones appear on screen in order (healthy, overload measured with its cause, a page
+naming its SLO, recovery, the page resolved), the view redraws in place (one header on screen,
+never a pile of stale copies); and piped to a file, one plain line per event."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pyte
+
+from tests.embedded import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+LLMSLO = str(Path(sys.executable).parent / "llmslo")
+# the built-in demo with its overload brought forward: 20 s healthy, 100 s overloaded
+SCENARIO = (ROOT / "collector" / "data" / "scenario-demo.yaml").read_text()
+SCENARIO = SCENARIO.replace(
+    "{kind: overload, start: 2m, duration: 2m, factor: 8}", "{kind: overload, start: 20s, duration: 100s, factor: 8}"
+)
+SECONDS = 330
+
+
+def test_the_story_on_a_terminal(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(SCENARIO)
+    assert "start: 20s" in SCENARIO
+    cols, rows = 150, 40
+    screen = pyte.Screen(cols, rows)
+    stream = pyte.ByteStream(screen)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    cmd = [LLMSLO, "demo", "--scenario", str(scenario), "--port", str(free_port()), "--data-dir", str(tmp_path),
+           "--duration", str(SECONDS), "--no-alertmanager"]  # fmt: skip
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
+    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    seen: list[tuple[float, str]] = []  # (seconds, milestone), in the order they first appeared
+    headers_on_screen = 0
+    started = time.monotonic()
+    milestones = {
+        "healthy": re.compile(r"measured: every business type within its p95 objectives; no alert firing"),
+        "overload measured": re.compile(r"TTFT p95 .* over .*: queue\)"),
+        "page": re.compile(r"PAGE \S+-ttft"),
+        "recovered": re.compile(r"scenario: no incident left"),
+    }
+    try:
+        while proc.poll() is None and time.monotonic() - started < SECONDS + 60:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                try:
+                    stream.feed(os.read(master, 65536))
+                except OSError:
+                    break
+            text = "\n".join(screen.display)
+            headers_on_screen = max(headers_on_screen, text.count("llmslo demo   t ="))
+            for name, pattern in milestones.items():
+                if name not in {m for _, m in seen} and pattern.search(text):
+                    seen.append((time.monotonic() - started, name))
+            if seen and seen[-1][1] == "resolved":
+                break
+            names = {m for _, m in seen}
+            if "page" in names and "recovered" in names and "PAGE" not in text and "resolved" not in names:
+                seen.append((time.monotonic() - started, "resolved"))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        os.close(master)
+    order = [m for _, m in seen]
+    print("\n" + "\n".join(f"{t:5.0f} s  {m}" for t, m in seen))
+    assert order == ["healthy", "overload measured", "page", "recovered", "resolved"], (
+        order,
+        "\n".join(screen.display),
+    )
+    assert headers_on_screen == 1, "stale copies of the view piled up on the screen"
+
+
+def test_plain_lines_when_not_a_terminal(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(SCENARIO)
+    done = subprocess.run(
+        [LLMSLO, "demo", "--scenario", str(scenario), "--port", str(free_port()), "--data-dir", str(tmp_path),
+         "--duration", "45", "--no-alertmanager"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert lines[0].startswith("[0:0") and "measured: every business type within" in lines[0]
+    assert any("scenario: overload starts" in line for line in lines), lines
+    assert "\x1b[" not in done.stdout  # no terminal control sequences in a file
