@@ -140,6 +140,7 @@ class ScrapeDeltas:
     restarted: bool = False
     from_process_start: bool = False
     observed_seconds: float = 0.0
+    unix: float = 0.0  # when the scrape ran (the SLO ledger's fine slots, for scaled windows)
 
 
 @dataclass(slots=True)
@@ -240,6 +241,7 @@ class DeltaTracker:
             restarted=restarted,
             from_process_start=baseline is None and from_zero,
             observed_seconds=observed,
+            unix=now_unix,
         )
 
     def commit(self, deltas: ScrapeDeltas, now_unix: float) -> None:

@@ -98,10 +98,12 @@ class Counts:
 
     __slots__ = ("hours", "inexact", "minutes", "retention")
 
-    def __init__(self, minute_retention: int, hour_slots: int) -> None:
+    def __init__(self, minute_retention: int, hour_slots: int, slot: int = MINUTE_SECONDS) -> None:
         self.retention = minute_retention
-        # two hours more than the retention: the store keeps minutes back to the whole hour
-        self.minutes = Ring(MINUTE_SECONDS, minute_retention // MINUTE_SECONDS + 120)
+        # two hours more than the retention: the store keeps minutes back to the whole hour.
+        # `slot` is a minute, or less when the rules' windows are scaled below a minute (tests,
+        # the demo's compressed clock): live scrapes then land at their own second.
+        self.minutes = Ring(slot, (minute_retention + 2 * HOUR_SECONDS) // slot)
         self.hours = Ring(HOUR_SECONDS, hour_slots)
         self.inexact = False  # a latency threshold fell between bucket bounds somewhere
 
@@ -145,8 +147,13 @@ class SloLedger:
             longest = max(longest, 31 * 86400.0)
         retention = int(min(minute_retention_seconds, longest + HOUR_SECONDS))
         hour_slots = int(longest // HOUR_SECONDS) + 2
+        # windows scaled below a minute (window_scale): slots of that fraction of a minute, kept
+        # for the longest scaled window (not the whole period) to bound the arrays
+        self.slot = max(1, int(MINUTE_SECONDS * rules.window_scale)) if rules.window_scale < 1 else MINUTE_SECONDS
+        if self.slot < MINUTE_SECONDS:
+            retention = int(min(retention, max(windows_needed(rules)) + HOUR_SECONDS))
         self.objectives = [o for bt in rules.business_types for o in bt.objectives]
-        self.counts = {o.slo: Counts(retention, hour_slots) for o in self.objectives}
+        self.counts = {o.slo: Counts(retention, hour_slots, self.slot) for o in self.objectives}
         self.engine_objectives: dict[str, list[Objective]] = defaultdict(list)
         self.trace_objectives: dict[str, list[Objective]] = defaultdict(list)
         for o in self.objectives:
@@ -161,7 +168,9 @@ class SloLedger:
         self.cost_objectives = [o for o in self.objectives if o.sli == "cost_ceiling"] if cost_of else []
         self.cost_open: dict[int, dict[int, CostInputs]] = {int(o.slice_seconds): {} for o in self.cost_objectives}
         # prefix-cache hits (good) and queried tokens (total) per business type: the collapse ticket
-        self.cache: dict[str, Counts] = {bt.name: Counts(retention, hour_slots) for bt in rules.business_types}
+        self.cache: dict[str, Counts] = {
+            bt.name: Counts(retention, hour_slots, self.slot) for bt in rules.business_types
+        }
         self.live_since: float | None = None  # set when live commits start counting
         self.ready = False  # backfilled from the store
 
@@ -169,7 +178,8 @@ class SloLedger:
 
     def add_engine(self, target: str, deltas: ScrapeDeltas) -> None:
         """A committed scrape's deltas (TargetScraper's commit hook)."""
-        self.add_cells(target, deltas.minute, MINUTE_SECONDS, deltas.cells.items())
+        fine = self.slot < MINUTE_SECONDS and deltas.unix
+        self.add_cells(target, int(deltas.unix) if fine else deltas.minute, MINUTE_SECONDS, deltas.cells.items())
 
     def add_cells(self, target: str, start: int, period: int, cells: Iterable[tuple[SeriesIdent, Cell]]) -> None:
         places: dict[str, str | None] = {}
@@ -309,6 +319,8 @@ class SloLedger:
         self.close_slices(now_unix)
         rules = self.rules
         end = period_start(now_unix) + MINUTE_SECONDS
+        if self.slot < MINUTE_SECONDS:  # scaled windows end at the slot holding now, not the minute's end
+            end = period_start(now_unix, self.slot) + self.slot
         period_from, _ = period_bounds(rules, now_unix)
         windows = windows_needed(rules)
         out: list[SloStatus] = []

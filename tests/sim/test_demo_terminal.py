@@ -24,10 +24,10 @@ from tests.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 LLMSLO = str(Path(sys.executable).parent / "llmslo")
-# the built-in demo with its overload brought forward: 20 s healthy, 100 s overloaded
+# the built-in demo, shortened: 15 s healthy, 60 s overloaded (the built-in: 1 and 3 minutes)
 SCENARIO = (ROOT / "collector" / "data" / "scenario-demo.yaml").read_text()
 SCENARIO = SCENARIO.replace(
-    "{kind: overload, start: 2m, duration: 2m, factor: 8}", "{kind: overload, start: 20s, duration: 100s, factor: 8}"
+    "{kind: overload, start: 1m, duration: 3m, factor: 10}", "{kind: overload, start: 15s, duration: 60s, factor: 10}"
 )
 SECONDS = 330
 
@@ -35,7 +35,7 @@ SECONDS = 330
 def test_the_story_on_a_terminal(tmp_path: Path) -> None:
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(SCENARIO)
-    assert "start: 20s" in SCENARIO
+    assert "start: 15s" in SCENARIO
     cols, rows = 150, 40
     screen = pyte.Screen(cols, rows)
     stream = pyte.ByteStream(screen)
