@@ -108,13 +108,22 @@ Firing = dict[str, list[tuple[str, str, str]]]  # business type -> [(slo, severi
 
 
 def firing_alerts(runtime: Runtime) -> Firing:
+    """Firing alerts per business type: burn-rate alerts by SLO and window pair, the incident
+    alerts (cache collapse, drift, restarts, targets down) by name and what they concern."""
     out: Firing = {}
     for inst in runtime.alerts.active():
-        if inst.state != "firing" or "slo" not in inst.labels:
+        if inst.state != "firing":
             continue
         lbl = inst.labels
-        pair = f"{lbl.get('long_window', '')}/{lbl.get('short_window', '')}"
-        out.setdefault(lbl["business_type"], []).append((lbl["slo"], lbl["severity"], pair))
+        if "slo" in lbl:
+            name, detail = lbl["slo"], f"{lbl.get('long_window', '')}/{lbl.get('short_window', '')}"
+        else:
+            name = lbl.get("alertname", "").removeprefix("LLMSLO")
+            detail = lbl.get("signal") or lbl.get("target") or ""
+        bt = lbl.get("business_type")
+        if bt is None and "target" in lbl and lbl["target"] in runtime.targets:
+            bt = runtime.targets[lbl["target"]].business_type
+        out.setdefault(bt or "fleet", []).append((name, lbl.get("severity", ""), detail))
     return out
 
 
@@ -209,6 +218,13 @@ def scaled_rules(data_dir: Path, scale: float, alertmanager_url: str | None) -> 
     """The shipped rules on the demo's compressed clock: every SLO window `scale` as long."""
     text = DEFAULT_RULES.read_text()
     text = text.replace("evaluation_interval: 30s", f"evaluation_interval: 5s\nwindow_scale: {scale!r}")
+    if scale < 1:  # the incident tickets' own windows on the same clock (at least a minute)
+        for key, seconds, least in (
+            ("restart_window", 600, 60),
+            ("prefix_cache_window", 300, 120),
+            ("prefix_cache_reference", 3600, 240),
+        ):
+            text = re.sub(rf"({key}: )\S+", rf"\g<1>{max(least, int(seconds * scale))}s", text)
     if alertmanager_url:
         text += f"\nalertmanager: {{url: {alertmanager_url}}}\n"
     path = data_dir / "demo-rules.yaml"
@@ -304,6 +320,8 @@ async def run_demo(
             "scrape": {"interval": "5s", "timeout": "4s"},
             "targets": [t.model_dump() for t in targets],
             "report": {"enabled": False},
+            # drift judged on the compressed clock too: two minutes against the six before them
+            "drift": {"window": "2m", "reference_length": "6m", "refresh": "30s", "min_events": 50},
         }
     )
     runtime = Runtime(settings)
