@@ -248,6 +248,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     tz = args.timezone or rt.settings.report.timezone
     try:
+        from zoneinfo import ZoneInfo
+
+        ZoneInfo(tz)
+    except (KeyError, ValueError):
+        print(f"report: unknown time zone {tz!r} (an IANA name such as UTC or Europe/Berlin)", file=sys.stderr)
+        rt.store.close()
+        return 2
+    try:
         if args.start or args.end:
             if not (args.start and args.end):
                 raise PeriodError("give both --start and --end, or --week")

@@ -56,3 +56,18 @@ def test_every_command_has_an_example_and_every_option_its_help() -> None:
         missing = [a.option_strings or a.dest for a in command._actions if not a.help and a.dest != "help"]
         assert not missing, (name, missing)
         assert isinstance(command, argparse.ArgumentParser)
+
+
+def test_report_errors_are_one_line_and_exit_2(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from collector.cli import main
+
+    config = tmp_path / "llmslo.yaml"
+    config.write_text(f"data_dir: {tmp_path}\n")
+    for args, expected in (
+        (["--week", "2025-W53"], "report: week '2025-W53': 2025 has no ISO week 53"),
+        (["--timezone", "Mars/Olympus"], "report: unknown time zone 'Mars/Olympus'"),
+        (["--start", "yesterday", "--end", "2026-11-30"], "report: 'yesterday': expected unix seconds"),
+    ):
+        assert main(["report", "--config", str(config), *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(expected), err
