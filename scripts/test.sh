@@ -13,15 +13,20 @@ fi
 .venv/bin/python -m pip install -q -e ".[test]"
 
 # Debian's prometheus (promtool) and prometheus-alertmanager (amtool) for the rules tests,
-# chromium for the weekly report's rendering test (headless screenshot), and docker-compose to
-# validate docker-compose.yml (it parses and checks the file without a Docker engine).
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-alertmanager >/dev/null 2>&1 \
-  || ! command -v chromium >/dev/null 2>&1 || ! command -v docker-compose >/dev/null 2>&1; then
-  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing Debian's prometheus, prometheus-alertmanager, chromium and docker-compose"
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      --no-install-recommends prometheus prometheus-alertmanager chromium docker-compose >/dev/null || true
-  fi
+# chromium for the weekly report's rendering test (headless screenshot), docker-compose to
+# validate docker-compose.yml (it parses and checks the file without a Docker engine), and npm
+# for the dashboards' type check (the test installs @grafana/schema and TypeScript with it).
+PACKAGES=""
+command -v promtool >/dev/null 2>&1 || PACKAGES="$PACKAGES prometheus"
+command -v prometheus-alertmanager >/dev/null 2>&1 || PACKAGES="$PACKAGES prometheus-alertmanager"
+command -v chromium >/dev/null 2>&1 || PACKAGES="$PACKAGES chromium"
+command -v docker-compose >/dev/null 2>&1 || PACKAGES="$PACKAGES docker-compose"
+command -v npm >/dev/null 2>&1 || PACKAGES="$PACKAGES nodejs npm"
+if [ -n "$PACKAGES" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing Debian's$PACKAGES"
+  # shellcheck disable=SC2086 # one word per package
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    --no-install-recommends $PACKAGES >/dev/null || true
 fi
 
 if [ "$(id -u)" = "0" ] && command -v pg_ctlcluster >/dev/null 2>&1; then
