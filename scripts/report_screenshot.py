@@ -15,14 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.report.test_weekly_report import BURST, DAY, HERE, STEP, settings_for  # noqa: E402
-
-from collector.report.period import parse_week  # noqa: E402
-from collector.report.service import ReportService  # noqa: E402
-from collector.runtime import Runtime  # noqa: E402
-from collector.sim.fastclock import run_into_store, store_spans, targets_for  # noqa: E402
-from collector.sim.scenario import load_scenario  # noqa: E402
-from collector.store.repository import Store  # noqa: E402
+from tests.report.test_weekly_report import simulate_weeks  # noqa: E402
 
 
 def main() -> None:
@@ -32,17 +25,7 @@ def main() -> None:
     import matplotlib.image as mpimg
 
     with tempfile.TemporaryDirectory() as tmp:
-        scenario = load_scenario(str(HERE / "scenario-two-weeks.yaml"))
-        t0 = int(scenario.start_unix)
-        settings = settings_for(targets_for(scenario))
-        store = Store(f"sqlite:///{tmp}/llmslo.db")
-        run = run_into_store(scenario, store, 14 * DAY, STEP, settings=settings)
-        store_spans(run, store, t0)
-        rt = Runtime(settings, store)
-        rt.evaluate_slos(t0 + BURST[1] + 120)
-        rt.evaluate_slos(t0 + BURST[1] + 120 + 6000)
-        rt.compact(t0 + 14 * DAY + 8 * 3600)
-        built = ReportService(rt).generate(parse_week("2026-W48", "UTC", t0 + 14 * DAY))
+        built = simulate_weeks(f"sqlite:///{tmp}/llmslo.db")[4]
         page = Path(tmp) / "report.html"
         page.write_text(built.html)
         shot = Path(tmp) / "full.png"

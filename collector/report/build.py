@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from collector.analytics.running import add as add_cells
 from collector.analytics.serving import UNASSIGNED, LatencyStats, ServingReport, build_report
 from collector.api.schemas import (
     SloAttainmentResponse,
@@ -27,7 +28,7 @@ from collector.api.schemas import (
 )
 from collector.config import format_duration
 from collector.drift.stats import decumulate, psi
-from collector.report.period import Period
+from collector.report.period import WEEK_RE, Period
 from collector.rollup import HOUR_SECONDS, SeriesCell, SeriesIdent, add_counts
 from collector.sources.vllm import Kind
 from collector.traces.store import read_requests
@@ -98,7 +99,8 @@ def build(rt: Runtime, period: Period, top_tenants: int = 10) -> dict[str, Any]:
 
 
 def report_id(period: Period) -> str:
-    return period.label.replace(" ", "_") if "W" in period.label else f"{period.start}-{period.end}"
+    """An ISO week's label (2026-W48), else the period's bounds in unix seconds."""
+    return period.label if WEEK_RE.match(period.label) else f"{period.start}-{period.end}"
 
 
 def _period_out(p: Period) -> dict[str, Any]:
@@ -183,14 +185,7 @@ def _hours(
         if row.start_unix + row.period_seconds > hi:
             continue  # an hour cell reaching past the day (a zone with a half-hour offset)
         sc = row.cell
-        slot = row.start_unix - (row.start_unix - lo) % HOUR_SECONDS
-        cells = hours[slot]
-        key = (sc.target, sc.ident)
-        have = cells.get(key)
-        if have is None:
-            cells[key] = SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
-        else:
-            have.cell.merge(sc.cell)
+        add_cells(hours[row.start_unix - (row.start_unix - lo) % HOUR_SECONDS], (sc,))
         metric = sc.ident.key.metric
         if metric in ("prompt_length", "generation_length") and sc.ident.kind is Kind.HISTOGRAM and sc.cell.buckets:
             pair = (sc.target, sc.ident.key.model)
@@ -205,12 +200,7 @@ def _merged_report(
 ) -> ServingReport:
     merged: dict[tuple[str, SeriesIdent], SeriesCell] = {}
     for cells in hours.values():
-        for key, sc in cells.items():
-            have = merged.get(key)
-            if have is None:
-                merged[key] = SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
-            else:
-                have.cell.merge(sc.cell)
+        add_cells(merged, cells.values())
     return build_report(list(merged.values()), hi - lo, lo, hi, rt.business_type_of)
 
 
