@@ -57,25 +57,30 @@ def settings_for(targets: list[Any], **report: Any) -> Settings:
     )
 
 
-@pytest.fixture(scope="module")
-def weeks(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def simulate_weeks(database_url: str) -> tuple[Runtime, Any, int, Any, Any]:
+    """The two weeks through the collector's ingestion, the SLO evaluator while the burst burns
+    (it fires) and after (it resolves; the episodes feed the incidents section), compacted as
+    `serve` leaves them by Monday 08:00, and W48's report built and stored:
+    (runtime, simulator run, start, period, report)."""
     scenario = load_scenario(str(HERE / "scenario-two-weeks.yaml"))
     t0 = int(scenario.start_unix)
-    targets = targets_for(scenario)
-    settings = settings_for(targets)
-    store = Store(f"sqlite:///{tmp_path_factory.mktemp('report') / 'llmslo.db'}")
+    settings = settings_for(targets_for(scenario))
+    store = Store(database_url)
     run = run_into_store(scenario, store, 14 * DAY, STEP, settings=settings)
     store_spans(run, store, t0)
     rt = Runtime(settings, store)
-    # the SLO evaluator while the burst burns (it fires) and after (it resolves); the episodes
-    # are what the report's incidents section reads
     rt.evaluate_slos(t0 + BURST[1] + 120)
     rt.evaluate_slos(t0 + BURST[1] + 120 + 6000)
-    rt.compact(t0 + 14 * DAY + 8 * 3600)  # what `serve` leaves by Monday 08:00: hours before Saturday
+    rt.compact(t0 + 14 * DAY + 8 * 3600)  # hours before Saturday 08:00
     period = parse_week("2026-W48", "UTC", t0 + 14 * DAY + 8 * 3600)
-    built = ReportService(rt).generate(period)
+    return rt, run, t0, period, ReportService(rt).generate(period)
+
+
+@pytest.fixture(scope="module")
+def weeks(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    rt, run, t0, period, built = simulate_weeks(f"sqlite:///{tmp_path_factory.mktemp('report') / 'llmslo.db'}")
     yield rt, run, t0, period, built
-    store.close()
+    rt.store.close()
 
 
 def finished_between(run: Any, t0: int, lo: float, hi: float, business_type: str | None = None) -> list[Any]:
@@ -400,3 +405,46 @@ def test_a_report_missed_while_down_is_owed_once_the_collector_is_back(weeks) ->
     owed = service.due(at(2026, 12, 7, 8, 30))
     assert owed is not None and owed.label == "2026-W49"
     assert service.due(at(2026, 12, 9, 12, 0)).label == "2026-W49"  # still owed on Wednesday
+
+
+def test_the_same_report_on_postgresql(pg_server: str, tmp_path: Path) -> None:
+    """Two simulated days stored in SQLite and in PostgreSQL (the same seed): every figure of
+    the report agrees (the alert history, coverage and period queries run on both)."""
+    from collector.report.period import between
+    from collector.report.service import render
+    from tests.conftest import _reset_pg
+
+    _reset_pg(pg_server)
+    scenario = load_scenario(str(HERE / "scenario-two-weeks.yaml"))
+    t0 = int(scenario.start_unix)
+    out = []
+    for url in (f"sqlite:///{tmp_path / 'llmslo.db'}", pg_server):
+        settings = settings_for(targets_for(scenario))
+        store = Store(url)
+        run = run_into_store(
+            load_scenario(str(HERE / "scenario-two-weeks.yaml")), store, 2 * DAY, STEP, settings=settings
+        )
+        store_spans(run, store, t0)
+        rt = Runtime(settings, store)
+        out.append(render(rt, between(t0 + DAY, t0 + 2 * DAY, "UTC")).data)
+        store.close()
+    lite, pg = out
+    assert lite["traffic"]["engine_requests"] > 0
+    for key in ("slos", "traffic", "incidents", "data_quality", "drift"):
+        assert rounded(pg[key]) == rounded(lite[key]), key
+    assert pg["cost"]["allocated_usd"] == pytest.approx(lite["cost"]["allocated_usd"])
+    assert [g["key"] for g in pg["cost"]["top_tenants"]] == [g["key"] for g in lite["cost"]["top_tenants"]]
+    for bt, data in lite["business_types"].items():
+        assert pg["business_types"][bt]["requests"] == data["requests"]
+        assert pg["business_types"][bt]["latency"] == data["latency"]
+
+
+def rounded(value: Any) -> Any:
+    """Floats to 9 significant digits, recursively (row order may differ between databases)."""
+    if isinstance(value, float):
+        return float(f"{value:.9g}")
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return value

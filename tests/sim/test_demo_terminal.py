@@ -6,11 +6,13 @@ never a pile of stale copies); and piped to a file, one plain line per event."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pty
 import re
 import select
+import shutil
 import struct
 import subprocess
 import sys
@@ -18,8 +20,10 @@ import termios
 import time
 from pathlib import Path
 
+import httpx
 import pyte
 
+from tests.conftest import require
 from tests.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,13 +43,17 @@ def test_the_story_on_a_terminal(tmp_path: Path) -> None:
     stream = pyte.ByteStream(screen)
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    # Debian's Alertmanager: the demo starts it and llmslo's evaluator sends it the page
+    require(shutil.which("prometheus-alertmanager") is not None, "Debian's prometheus-alertmanager is not installed")
     cmd = [LLMSLO, "demo", "--scenario", str(scenario), "--port", str(free_port()), "--data-dir", str(tmp_path),
-           "--duration", str(SECONDS), "--no-alertmanager"]  # fmt: skip
+           "--duration", str(SECONDS)]  # fmt: skip
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
     proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
     os.close(slave)
     seen: list[tuple[float, str]] = []  # (seconds, milestone), in the order they first appeared
     headers_on_screen = 0
+    alertmanager: str | None = None
+    paged_in_alertmanager: list[str] = []
     started = time.monotonic()
     milestones = {
         "healthy": re.compile(r"measured: every business type within its p95 objectives; no alert firing"),
@@ -63,6 +71,14 @@ def test_the_story_on_a_terminal(tmp_path: Path) -> None:
                     break
             text = "\n".join(screen.display)
             headers_on_screen = max(headers_on_screen, text.count("llmslo demo   t ="))
+            found = re.search(r"Alertmanager (http://127\.0\.0\.1:\d+)", text)
+            alertmanager = alertmanager or (found.group(1) if found else None)
+            if alertmanager and "page" in {m for _, m in seen} and not paged_in_alertmanager:
+                with contextlib.suppress(httpx.HTTPError):
+                    alerts = httpx.get(f"{alertmanager}/api/v2/alerts", timeout=2).json()
+                    paged_in_alertmanager += [
+                        a["labels"]["alertname"] for a in alerts if a["labels"].get("severity") == "page"
+                    ]
             for name, pattern in milestones.items():
                 if name not in {m for _, m in seen} and pattern.search(text):
                     seen.append((time.monotonic() - started, name))
@@ -82,6 +98,8 @@ def test_the_story_on_a_terminal(tmp_path: Path) -> None:
         "\n".join(screen.display),
     )
     assert headers_on_screen == 1, "stale copies of the view piled up on the screen"
+    assert alertmanager is not None, "the view never showed the Alertmanager it started"
+    assert any(name.endswith("TtftBudgetBurn") for name in paged_in_alertmanager), paged_in_alertmanager
 
 
 def test_plain_lines_when_not_a_terminal(tmp_path: Path) -> None:
