@@ -387,17 +387,31 @@ def cmd_drift(args: argparse.Namespace) -> int:
     return 1 if args.fail_on_drift and any(f.drifted for f in found) else 0
 
 
+def _fraction(text: str, flag: str) -> float:
+    """`10%` or `0.1`: a fraction, non-negative."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: expected a percentage (10%) or a fraction (0.1)") from None
+    if not value >= 0:
+        raise ValueError(f"{flag} {text!r}: must not be negative")
+    return value
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """A deployment gate: exit 0 promote, 1 rollback, 3 hold (not enough data or inconclusive)."""
     from datetime import datetime
 
     from collector.api.schemas import compare_out
     from collector.config import parse_duration
-    from collector.drift.compare import Selector, SelectorError
+    from collector.drift.compare import Selector, SelectorError, tolerances
 
     try:
         base, cand = Selector.parse(args.baseline), Selector.parse(args.candidate)
         window = parse_duration(args.window)
+        given = [None if v is None else _fraction(v, flag) for v, flag in (
+            (args.tolerance_p95, "--tolerance-p95"), (args.tolerance_p50, "--tolerance-p50"),
+            (args.tolerance_errors, "--tolerance-errors"))]  # fmt: skip
         at = time.time() if args.at is None else datetime.fromisoformat(args.at).timestamp()
     except (SelectorError, ValueError) as exc:
         print(f"compare: {exc}", file=sys.stderr)
@@ -407,7 +421,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 2
     try:
         end = int(at) // 60 * 60 + 60  # the minute holding `at` and the whole minutes before it
-        out = compare_out(rt.compare(base, cand, end - int(window), end, args.source))
+        tol = tolerances(rt.settings.compare, *given, args.min_requests)
+        out = compare_out(rt.compare(base, cand, end - int(window), end, args.source, tol))
     except SelectorError as exc:
         print(f"compare: {exc}", file=sys.stderr)
         return 2
@@ -895,6 +910,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--candidate", required=True, help="the same forms as --baseline")
     p.add_argument("--window", default="30m", help="the last this long (default 30m)")
+    p.add_argument("--tolerance-p95", help="p95 may be this much slower: 10%% or 0.1 (default: compare: in the config)")
+    p.add_argument("--tolerance-p50", help="p50 latency likewise")
+    p.add_argument("--tolerance-errors", help="error ratio may rise by this much: 0.5%% or 0.005")
+    p.add_argument("--min-requests", type=int, help="requests each side needs before any verdict but hold")
     p.add_argument("--at", help="the window ends at this ISO 8601 time (default: now)")
     p.add_argument("--json", action="store_true", help="the API's JSON report")
     p.set_defaults(func=cmd_compare)

@@ -294,6 +294,16 @@ class DriftConfig(_Strict):
         return v
 
 
+class CompareConfig(_Strict):
+    """The canary gate's tolerances (`llmslo compare`, `/api/v1/compare`): how much worse the
+    candidate may be before the verdict is rollback, and how many requests each side needs."""
+
+    latency_p95: float = Field(0.10, ge=0, description="p95 of TTFT/TPOT/e2e may be this much slower (0.10: 10 %)")
+    latency_p50: float = Field(0.10, ge=0, description="p50 likewise")
+    error_ratio: float = Field(0.005, ge=0, le=1, description="error ratio may rise by this much (0.005: 0.5 points)")
+    min_requests: int = Field(100, ge=1, description="requests on each side before any verdict but hold")
+
+
 class SmtpConfig(_Strict):
     """Where the weekly report is mailed (HTML body with the charts inline, Markdown alternative)."""
 
@@ -367,6 +377,7 @@ class Settings(_Strict):
     gpus: dict[str, GpuSpecConfig] = Field(default_factory=dict, description="GPU types added to the table")
     cost: CostConfig = CostConfig()
     drift: DriftConfig = DriftConfig()
+    compare: CompareConfig = CompareConfig()
     report: ReportConfig = ReportConfig()
 
     @field_validator("windows")

@@ -41,6 +41,7 @@ from collector.drift.compare import (
     Comparison,
     Selector,
     SelectorError,
+    Tolerances,
     align_sketches,
     collect,
     collect_spans,
@@ -509,22 +510,30 @@ class Runtime:
         )
 
     def compare(
-        self, baseline: Selector, candidate: Selector, start: int, end: int, source: str = "auto"
+        self,
+        baseline: Selector,
+        candidate: Selector,
+        start: int,
+        end: int,
+        source: str = "auto",
+        tolerances: Tolerances | None = None,
     ) -> Comparison:
-        """Candidate against baseline over [start, end) (blocking: reads the store).
+        """Candidate against baseline over [start, end) (blocking: reads the store), judged
+        against `tolerances` (default: the `compare:` configuration).
 
         `source`: `engines` (vLLM's histograms of the chosen targets/models), `spans` (gateway span
         rollups: exact latencies to 1 %, tenants, shadow traffic) or `auto`: spans when both
         selectors can choose spans and both sides have some, else engines."""
         window_seconds = float(max(60, end - start))
         names = (baseline.text, candidate.text)
+        tol = tolerances or Tolerances(**self.settings.compare.model_dump())
         if source in ("spans", "auto") and baseline.on_spans and candidate.on_spans:
             rows = read_requests(self.store, start, end)
             base = collect_spans(rows, baseline.matches_span)
             cand = collect_spans(rows, candidate.matches_span)
             if source == "spans" or (base.requests > 0 and cand.requests > 0):
                 align_sketches(base, cand)
-                return compare_sides(base, cand, names, window_seconds, source="spans")
+                return compare_sides(base, cand, names, window_seconds, tol, source="spans")
         if source == "spans":
             raise SelectorError("source=spans: both selectors must be model=, tenant=, business_type= or shadow=")
         for sel in (baseline, candidate):
@@ -548,6 +557,7 @@ class Runtime:
             collect(rows_engine, chooser(candidate)),
             names,
             window_seconds,
+            tol,
             source="engines",
         )
 

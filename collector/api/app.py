@@ -43,7 +43,7 @@ from collector.api.schemas import (
     target_out,
 )
 from collector.config import Settings, format_duration, parse_duration
-from collector.drift.compare import Selector, SelectorError
+from collector.drift.compare import Selector, SelectorError, tolerances
 from collector.report.period import PeriodError, between, parse_week
 from collector.report.service import ReportService
 from collector.runtime import Runtime, window_bounds
@@ -409,16 +409,28 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         start: StartQuery = None,
         end: EndQuery = None,
         source: Literal["auto", "engines", "spans"] = "auto",
+        tolerance_p95: Annotated[
+            float | None, Query(ge=0, le=100, description="p95 may be this much slower (0.1 = 10 %; default: config)")
+        ] = None,
+        tolerance_p50: Annotated[float | None, Query(ge=0, le=100, description="p50 likewise")] = None,
+        tolerance_errors: Annotated[
+            float | None, Query(ge=0, le=1, description="error ratio may rise by this much (0.005 = 0.5 points)")
+        ] = None,
+        min_requests: Annotated[
+            int | None, Query(ge=1, le=10**9, description="requests each side needs for a verdict other than hold")
+        ] = None,
     ) -> CompareResponse:
         """Candidate against baseline over the window: each metric's change with its 95 % interval,
-        a verdict per metric and overall (promote, hold, rollback)."""
+        a verdict per metric and overall (promote, hold, rollback) against the `compare:`
+        tolerances, or those given here."""
         try:
             base, cand = Selector.parse(baseline), Selector.parse(candidate)
         except SelectorError as exc:
             raise HTTPException(422, str(exc)) from None
         lo, hi = period(rt.now(), window, start, end) or window_bounds(rt.now(), window_seconds(window))
+        tol = tolerances(rt.settings.compare, tolerance_p95, tolerance_p50, tolerance_errors, min_requests)
         try:
-            result = await asyncio.to_thread(rt.compare, base, cand, lo, hi, source)
+            result = await asyncio.to_thread(rt.compare, base, cand, lo, hi, source, tol)
         except SelectorError as exc:  # valid selectors that cannot be compared with each other
             return CompareResponse(
                 baseline=baseline, candidate=candidate, window=format_duration(max(60, hi - lo)),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.stats import mannwhitneyu
@@ -30,6 +31,9 @@ from collector.sources.vllm import BUSY, Kind
 from collector.traces.normalize import SHADOW
 from collector.traces.rollup import LENGTH_BOUNDS, RequestCell, RequestKey
 from collector.traces.sketch import MIN_VALUE, Sketch, upper_bound
+
+if TYPE_CHECKING:
+    from collector.config import CompareConfig
 
 COMPARE_METRICS = ("ttft", "tpot", "e2e", "request_success", "prompt_length", "generation_length",
                    "prefix_cache_hits", "prefix_cache_queries", "generation_tokens", BUSY)  # fmt: skip
@@ -360,6 +364,22 @@ class Tolerances:
     latency_p50: float = 0.10
     error_ratio: float = 0.005  # half a percentage point more errors
     min_requests: float = 100.0
+
+
+def tolerances(
+    config: CompareConfig,
+    p95: float | None = None,
+    p50: float | None = None,
+    errors: float | None = None,
+    min_requests: int | None = None,
+) -> Tolerances:
+    """The configured tolerances (a `CompareConfig`) with the given ones in their place."""
+    return Tolerances(
+        config.latency_p95 if p95 is None else p95,
+        config.latency_p50 if p50 is None else p50,
+        config.error_ratio if errors is None else errors,
+        float(config.min_requests if min_requests is None else min_requests),
+    )
 
 
 def compare_sides(

@@ -109,6 +109,27 @@ def test_an_identical_canary_is_promoted_and_a_quiet_one_held(tmp_path: Path) ->
     rt2, now2 = simulate(tmp_path / "quiet", canary_prefill=1500, share=0.02)
     quiet = rt2.compare(Selector.parse("target=stable-0"), Selector.parse("target=canary-0"), *last(now2))
     assert quiet.verdict == "hold" and quiet.reason.startswith("hold: not enough data")
+    # the gate's tolerances: from the configuration's `compare:`, and per run on the command line
+    n = quiet.candidate_requests
+    assert 20 < n < 100, n
+    config = tmp_path / "quiet.yaml"
+    dumped = rt2.settings.model_dump(include={"data_dir", "targets"}, mode="json")
+    config.write_text(yaml.safe_dump({**dumped, "compare": {"min_requests": 20}}))
+    from datetime import UTC, datetime
+
+    at = datetime.fromtimestamp(now2, UTC).isoformat()
+    cmd = [sys.executable, "-m", "collector.cli", "compare", "--config", str(config), "--baseline", "target=stable-0",
+           "--candidate", "target=canary-0", "--window", "15m", "--at", at, "--json"]  # fmt: skip
+    judged = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert judged.returncode == 1, (judged.stdout, judged.stderr)  # 20 requests suffice: the slow canary fails
+    assert json.loads(judged.stdout)["verdict"] == "rollback"
+    lenient = subprocess.run([*cmd, "--tolerance-p95", "900%", "--tolerance-p50", "9"], capture_output=True, text=True)
+    assert lenient.returncode == 0, lenient.stdout  # within a 9x tolerance: promote
+    assert {m["tolerance"] for m in json.loads(lenient.stdout)["metrics"] if m["name"] == "ttft_p95"} == {9.0}
+    strict = subprocess.run([*cmd, "--min-requests", str(int(n) + 1)], capture_output=True, text=True)
+    assert strict.returncode == 3 and json.loads(strict.stdout)["verdict"] == "hold"
+    bad = subprocess.run([*cmd, "--tolerance-p95", "ten"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--tolerance-p95 'ten'" in bad.stderr
 
 
 def test_selectors_say_what_is_wrong() -> None:

@@ -118,6 +118,15 @@ def test_shadow_spans_over_otlp_compare_but_count_in_no_slo(tmp_path: Path) -> N
         assert verdict["source"] == "spans"
         assert (verdict["baseline_requests"], verdict["candidate_requests"]) == (400, 200)
         assert verdict["verdict"] == "rollback" and "TTFT p95" in verdict["reason"], verdict["reason"]
+        # the tolerances: given per request (a generous one lets the same candidate through; a
+        # larger sample than either side has holds it), else the configuration's
+        params = {"baseline": f"model={MODEL}", "candidate": "shadow=true", "window": "1h", "source": "spans"}
+        lenient = httpx.get(f"{base}/api/v1/compare", params={**params, "tolerance_p95": 50, "tolerance_p50": 50})
+        assert lenient.json()["verdict"] == "promote", lenient.json()["reason"]
+        assert {m["tolerance"] for m in lenient.json()["metrics"] if m["name"].startswith("ttft")} == {50.0}
+        held = httpx.get(f"{base}/api/v1/compare", params={**params, "min_requests": 1000}).json()
+        assert held["verdict"] == "hold" and "need 1000 each" in held["reason"], held["reason"]
+        assert httpx.get(f"{base}/api/v1/compare", params={**params, "tolerance_errors": 2}).status_code == 422
         # the SLOs count the 400 shown requests: over a closed period, and live in the ledger
         end = int(time.time()) // 60 * 60 + 60
         judged = rt.slo_attainment(end - 3600, end)[0]
