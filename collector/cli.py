@@ -421,7 +421,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 2
     try:
         end = int(at) // 60 * 60 + 60  # the minute holding `at` and the whole minutes before it
-        tol = tolerances(rt.settings.compare, *given, args.min_requests)
+        tol = tolerances(rt.settings.compare, given[0], given[1], given[2], args.min_requests)
         out = compare_out(rt.compare(base, cand, end - int(window), end, args.source, tol))
     except SelectorError as exc:
         print(f"compare: {exc}", file=sys.stderr)
