@@ -2,7 +2,9 @@
 
 Healthy traffic, then an incident, then recovery (the built-in "demo" scenario); the view shows,
 per business type, TTFT and TPOT p95 against the seeds' objectives, request rate, prefix-cache
-hit ratio and queue depth, as the collector computes them from its own scrapes.
+hit ratio and queue depth, as the collector computes them from its own scrapes, and when the
+scenario has a canary (a deployment with a `traffic_share`), its verdict against the stable
+replicas (`llmslo compare`'s, from the same store).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collector.analytics.serving import ServingReport, ServingStats
 from collector.api.app import create_app
 from collector.api.embedded import EmbeddedServer
 from collector.config import Settings, format_duration
+from collector.drift.compare import Comparison, Selector
 from collector.runtime import Runtime
 from collector.sim.fastclock import targets_for
 from collector.sim.scenario import Scenario
@@ -156,6 +159,43 @@ def measured(report: ServingReport | None, firing: Firing) -> tuple[str, str]:
     return line, style
 
 
+@dataclass(frozen=True)
+class Canary:
+    """The scenario's canary as the demo compares it: which replicas, how much of what traffic."""
+
+    business_type: str
+    share: float
+    model: str
+    replicas: list[str]
+
+    @staticmethod
+    def of(scenario: Scenario) -> Canary | None:
+        for dep in scenario.deployments:
+            if dep.traffic_share is not None:
+                replicas = [f"{dep.name}-{i}" for i in range(dep.replicas)]
+                return Canary(dep.business_types[0], dep.traffic_share, dep.model.name, replicas)
+        return None
+
+    def line(self, verdict: Comparison | None, since: str) -> tuple[str, str]:
+        """The canary's line in the view, and its style."""
+        what = f"canary {', '.join(self.replicas)} ({self.model}, {self.share:.0%} of {self.business_type})"
+        if verdict is None:
+            return f"{what}: not compared yet", "dim"
+        counts = f"{verdict.candidate_requests:,.0f} vs {verdict.baseline_requests:,.0f} requests since {since}"
+        style = {"rollback": "bold red", "promote": "green"}.get(verdict.verdict, "yellow")
+        reasons = verdict.reason.split("); ")  # one per metric: the first two, and how many more
+        reason = "); ".join(reasons[:2]) + (f"); and {len(reasons) - 2} more" if len(reasons) > 2 else "")
+        return f"{what} vs stable, {counts}: {reason}", style
+
+
+def compare_canary(runtime: Runtime, since: float, now: float) -> Comparison:
+    """The canary replicas (`track: canary`) against the stable ones, since the demo began, as
+    `llmslo compare --baseline label.track=stable --candidate label.track=canary` would judge them."""
+    end = int(now) // 60 * 60 + 60
+    stable, canary = Selector.parse("label.track=stable"), Selector.parse("label.track=canary")
+    return runtime.compare(stable, canary, int(since) // 60 * 60, end, "engines")
+
+
 def clock(seconds: float) -> str:
     return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
 
@@ -180,6 +220,7 @@ def render_view(
     firing: Firing | None = None,
     scale_note: str = "",
     alertmanager: str | None = None,
+    canary: tuple[str, str] | None = None,
 ) -> Group:
     t = sim.now
     firing = firing or {}
@@ -211,7 +252,16 @@ def render_view(
                 Text("over", style="bold red") if breach else Text("within", style="green"),
                 _slo_cell(firing.get(b.business_type, [])),
             )
-    return Group(header, Text(line, style=style), Text(scenario_line(sim), style="dim"), Text(links), table)
+    parts: list[Text | Table] = [
+        header,
+        Text(line, style=style),
+        Text(scenario_line(sim), style="dim"),
+        Text(links),
+        table,
+    ]
+    if canary is not None:
+        parts.append(Text(canary[0], style=canary[1]))
+    return Group(*parts)
 
 
 def scaled_rules(data_dir: Path, scale: float, alertmanager_url: str | None) -> Path:
@@ -262,8 +312,11 @@ class PlainLog:
         self.incidents: set[str] = set()
         self.last_state = ""
         self.last_print = -1e9
+        self.last_verdict = ""
 
-    def update(self, report: ServingReport | None, sim: Simulation, firing: Firing) -> None:
+    def update(
+        self, report: ServingReport | None, sim: Simulation, firing: Firing, canary: tuple[str, str] | None = None
+    ) -> None:
         t = sim.now
         stamp = f"[{int(t // 60)}:{int(t % 60):02d}]"
         now = {(bt, slo, f"{sev} {pair}") for bt, items in firing.items() for slo, sev, pair in items}
@@ -284,6 +337,11 @@ class PlainLog:
         if report is not None and (state != self.last_state or t - self.last_print >= 30):
             print(f"{stamp} {line}", flush=True)
             self.last_state, self.last_print = state, t
+        # the canary: a line when its verdict changes (hold, promote, rollback), once it has traffic
+        found = re.search(r"vs stable, ([\d,]+) vs .* since \S+: (\w+)", canary[0]) if canary else None
+        if canary is not None and found and found.group(1) != "0" and found.group(2) != self.last_verdict:
+            print(f"{stamp} {canary[0]}", flush=True)
+            self.last_verdict = found.group(2)
 
 
 async def run_demo(
@@ -336,7 +394,8 @@ async def run_demo(
     )
     serve_task = asyncio.create_task(server.serve())
     base = f"http://{host}:{port}"
-    started = time.monotonic()
+    started, began = time.monotonic(), time.time()
+    canary = Canary.of(scenario)
     report: ServingReport | None = None
     plain = None if live else PlainLog()
     logging.getLogger("alembic").setLevel(logging.WARNING)  # schema set-up chatter
@@ -357,13 +416,20 @@ async def run_demo(
                 for handler in list(root.handlers):
                     root.removeHandler(handler)
                 root.addHandler(RichHandler(console=view.console, show_path=False))
+            verdict: Comparison | None = None
+            compared = -1e9
             while duration is None or time.monotonic() - started < duration:
                 report = await asyncio.to_thread(runtime.report, 60.0, time.time())
                 firing = firing_alerts(runtime)
+                if canary is not None and time.monotonic() - compared >= 10.0:
+                    verdict = await asyncio.to_thread(compare_canary, runtime, began, time.time())
+                    compared = time.monotonic()
+                canary_line = canary.line(verdict, "0:00") if canary is not None else None
                 if view is not None:
-                    view.update(render_view(report, sim, base, firing, scale_note, am[1] if am else None))
+                    alerting = am[1] if am else None
+                    view.update(render_view(report, sim, base, firing, scale_note, alerting, canary_line))
                 elif plain is not None:
-                    plain.update(report, sim, firing)
+                    plain.update(report, sim, firing, canary_line)
                 await asyncio.sleep(2.0)
     finally:
         server.should_exit = True

@@ -776,6 +776,10 @@ class CompareMetric(BaseModel):
     tolerance: float | None  # null: reported, does not gate
     verdict: str  # pass | hold | rollback | info
     p_value: float | None  # Mann-Whitney U on the bucketed latencies
+    # the change each side's quantile bucket allows (latencies from histograms; null when exact
+    # or open-ended): interpolation guesses within a bucket, this is how far the guess may be off
+    bucket_low: float | None = None
+    bucket_high: float | None = None
     text: str
 
 
@@ -812,6 +816,8 @@ def compare_out(c: Comparison) -> CompareResponse:
                 tolerance=m.tolerance,
                 verdict=m.verdict,
                 p_value=m.p_value,
+                bucket_low=m.bucket_range[0] if m.bucket_range else None,
+                bucket_high=m.bucket_range[1] if m.bucket_range else None,
                 text=m.text,
             )
             for m in c.metrics

@@ -16,6 +16,7 @@ differences are reported with their distances but do not gate.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -222,6 +223,10 @@ class MetricResult:
     verdict: str  # pass | hold | rollback | info
     text: str
     p_value: float | None = None
+    # the change the histogram buckets allow: each side's quantile anywhere in its bucket (None:
+    # exact data, or an open-ended bucket). Interpolation places a quantile inside its bucket; a
+    # bootstrap interval cannot be wider than that guess, so this range is shown beside it.
+    bucket_range: tuple[float | None, float | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +255,19 @@ def _quantile(bounds: Sequence[float], counts: np.ndarray, q: float) -> float | 
     return None if est is None else est.value
 
 
+def _bucket_range(
+    bounds: Sequence[float], ca: np.ndarray, cb: np.ndarray, q: float
+) -> tuple[float | None, float | None]:
+    """The relative change of the q-quantile from side a to side b that their buckets allow."""
+    ea = histogram_quantile(q, bounds, np.cumsum(ca).tolist())
+    eb = histogram_quantile(q, bounds, np.cumsum(cb).tolist())
+    if ea is None or eb is None:
+        return None, None
+    low = eb.lower_bound / ea.upper_bound - 1 if math.isfinite(ea.upper_bound) and ea.upper_bound > 0 else None
+    high = eb.upper_bound / ea.lower_bound - 1 if math.isfinite(eb.upper_bound) and ea.lower_bound > 0 else None
+    return low, high
+
+
 def _pct(x: float) -> str:
     return f"{x * 100:+.0f} %"
 
@@ -275,8 +293,12 @@ def _latency(
             name, qa, qb, change, None, True, tolerance, "hold",
             f"{label} {_pct(change)}: not enough data ({nb:.0f} vs {na:.0f} requests, need {min_requests:.0f})",
         )  # fmt: skip
-    draws_a = rng.multinomial(int(na), ca / na, size=DRAWS)
-    draws_b = rng.multinomial(int(nb), cb / nb, size=DRAWS)
+    # Resample requests, not observations: vLLM's per-token histograms (TPOT, ITL) count every
+    # output token, and the tokens of one request are not independent draws. Resampling as many
+    # observations as there are tokens would make the interval look ten-thousand-fold surer than
+    # the requests behind it allow; as many as there are requests is the honest sample size.
+    draws_a = rng.multinomial(_sample_size(na, base), ca / na, size=DRAWS)
+    draws_b = rng.multinomial(_sample_size(nb, cand), cb / nb, size=DRAWS)
     changes = []
     for da, db in zip(draws_a, draws_b, strict=True):
         x, y = _quantile(bounds, da, q), _quantile(bounds, db, q)
@@ -286,8 +308,20 @@ def _latency(
     mids = _midpoints(bounds)
     p = float(mannwhitneyu(np.repeat(mids, cb.astype(int)), np.repeat(mids, ca.astype(int))).pvalue)
     verdict = "rollback" if lo > tolerance else "pass" if hi <= tolerance else "hold"
-    text = f"{label} {_pct(change)} (CI {_pct(lo)}..{_pct(hi)}; {qa:.3g} s → {qb:.3g} s, tolerance {_pct(tolerance)})"
-    return MetricResult(name, qa, qb, change, (lo, hi), True, tolerance, verdict, text, p)
+    allowed = _bucket_range(bounds, ca, cb, q)
+    within = ""
+    if allowed[0] is not None and allowed[1] is not None and allowed[1] - allowed[0] > max(0.05, 2 * (hi - lo)):
+        within = f"; its buckets allow {_pct(allowed[0])}..{_pct(allowed[1])}"  # coarse buckets: say so
+    text = (
+        f"{label} {_pct(change)} (CI {_pct(lo)}..{_pct(hi)}; {qa:.3g} s → {qb:.3g} s, tolerance {_pct(tolerance)}"
+        f"{within})"
+    )
+    return MetricResult(name, qa, qb, change, (lo, hi), True, tolerance, verdict, text, p, allowed)
+
+
+def _sample_size(observations: float, side: Side) -> int:
+    """Observations to draw per bootstrap resample: at most one per request of the side."""
+    return int(min(observations, side.requests) if side.requests > 0 else observations)
 
 
 def _midpoints(bounds: Sequence[float]) -> np.ndarray:

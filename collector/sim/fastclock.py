@@ -71,9 +71,15 @@ def targets_for(
     dcgm: bool = False,
 ) -> list[TargetConfig]:
     """One collector target per replica, mapped to the replica's business types (and, with
-    `dcgm`, one DCGM exporter target per replica, named `<replica>-dcgm`)."""
+    `dcgm`, one DCGM exporter target per replica, named `<replica>-dcgm`). Where a canary
+    (a deployment with a `traffic_share`) serves a business type, its replicas are labelled
+    `track: canary` and the other replicas of that business type `track: stable`, as a user
+    would label them to compare the two (`llmslo compare --baseline label.track=stable ...`)."""
+    canaried = {bt for dep in scenario.deployments if dep.traffic_share is not None for bt in dep.business_types}
     out = []
     for dep in scenario.deployments:
+        track = "canary" if dep.traffic_share is not None else "stable"
+        labels = {"track": track} if canaried & set(dep.business_types) else {}
         for i in range(dep.replicas):
             name = f"{dep.name}-{i}"
             out.append(
@@ -82,6 +88,7 @@ def targets_for(
                     url=url_of(name),
                     business_type=dep.business_types[0],
                     default_model=dep.model.name,
+                    labels=labels,
                 )
             )
             if dcgm:

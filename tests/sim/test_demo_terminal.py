@@ -99,19 +99,30 @@ def test_the_story_on_a_terminal(tmp_path: Path) -> None:
     )
     assert headers_on_screen == 1, "stale copies of the view piled up on the screen"
     assert alertmanager is not None, "the view never showed the Alertmanager it started"
+    assert re.search(r"canary chat-canary-0 \(acme/llama-3.1-8b-chat-v2, 5% of chat\) vs stable, \d+ vs \d+", text)
     assert any(name.endswith("TtftBudgetBurn") for name in paged_in_alertmanager), paged_in_alertmanager
 
 
 def test_plain_lines_when_not_a_terminal(tmp_path: Path) -> None:
+    """Piped: one line per event; and the canary's verdict. The built-in canary takes 5 % of chat
+    and reaches the 100 requests a verdict needs in about three minutes; here it takes 40 %, so
+    that within the run it goes from not enough data to rolled back for its slower tokens."""
     scenario = tmp_path / "scenario.yaml"
-    scenario.write_text(SCENARIO)
+    assert "traffic_share: 0.05" in SCENARIO
+    scenario.write_text(SCENARIO.replace("traffic_share: 0.05", "traffic_share: 0.4"))
     done = subprocess.run(
         [LLMSLO, "demo", "--scenario", str(scenario), "--port", str(free_port()), "--data-dir", str(tmp_path),
-         "--duration", "30", "--no-alertmanager"],
-        capture_output=True, text=True, timeout=120, check=False,
+         "--duration", "60", "--no-alertmanager"],
+        capture_output=True, text=True, timeout=150, check=False,
     )  # fmt: skip
     lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
     assert done.returncode == 0, done.stderr[-2000:]
     assert lines[0].startswith("[0:0") and "measured: every business type within" in lines[0]
     assert any("scenario: overload starts" in line for line in lines), lines
     assert "\x1b[" not in done.stdout  # no terminal control sequences in a file
+    canary = [line for line in lines if "canary chat-canary-0 (acme/llama-3.1-8b-chat-v2, 40% of chat)" in line]
+    assert canary and "hold: not enough data" in canary[0], lines
+    # the candidate is slower in prefill and per token: rolled back, naming the metric over tolerance
+    assert re.search(r"rollback: (TTFT|TPOT|e2e latency) p\d\d \+\d+ % \(CI \+", canary[-1]), canary
+    counts = [int(re.search(r"vs stable, (\d+) vs", line).group(1)) for line in canary]  # type: ignore[union-attr]
+    assert counts[-1] >= 100 > counts[0], counts
