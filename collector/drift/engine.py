@@ -267,7 +267,7 @@ def explain(group: Group, signal: str, ref: Population, cur: Population, d: Dist
         if r95:
             level = next((b for bounds in ref.hist for b in bounds if b >= r95), r95)
             share_now, share_before = _share_above(cur, level), _share_above(ref, level)
-            if share_now is not None and share_before is not None:
+            if share_now is not None and share_before is not None and abs(share_now - share_before) >= 0.02:
                 parts.append(f"{share_now:.0%} of requests now above {fmt(level)} (was {share_before:.0%})")
         if signal == "prompt_length":
             p95_ref, p95_cur = _quantile(ref, 0.95), _quantile(cur, 0.95)

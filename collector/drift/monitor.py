@@ -26,6 +26,8 @@ from collector.traces.rollup import RequestCell, RequestKey
 log = logging.getLogger(__name__)
 WEEK = 7 * 86400
 DATING_SECONDS = 1800  # how far back a drifted signal's start is looked for
+SETTLE_SECONDS = 180  # minutes older than this are complete (late spans, the last scrapes) and kept
+FULL_REBUILD_SECONDS = 3600  # a whole re-read this often: busiest tenants re-chosen, corrections seen
 
 ReadRows = Callable[[int, int, Sequence[str]], Sequence[Row]]
 ReadRequests = Callable[[int, int], Sequence[tuple[RequestKey, RequestCell]]]
@@ -59,6 +61,12 @@ class DriftMonitor:
         self.pinned_checked = 0.0
         self.tenants: set[str] = set()  # judged per tenant: the busiest in the reference
         self.reference: Reference | None = None
+        # The reference's minutes, kept between rebuilds: a rebuild reads only the minutes not
+        # held yet (those that entered the reference since the last one) and drops those that
+        # left it, instead of re-reading the whole reference (a day of every target's rows).
+        self.held: Minutes = {}
+        self.held_minutes: set[int] = set()  # settled minutes whose data `held` has in full
+        self.full_read_unix: float | None = None
         self.latest: list[Finding] = []
         self.evaluated_unix: float | None = None
         self.lock = threading.Lock()
@@ -81,6 +89,31 @@ class DriftMonitor:
         """A reference over [start, end) with thresholds for `window` (what `drift pin` stores)."""
         return build_reference(self._minutes(start, end, pick_tenants=True), [(start, end)], window,
                                self.config.min_events, now)  # fmt: skip
+
+    def _hold(self, ranges: list[tuple[int, int]], now: float) -> int:
+        """Bring the held minutes up to `ranges`: read the minutes missing (all of them on a full
+        read, choosing the busiest tenants again), drop those outside. Returns minutes read."""
+        full = self.full_read_unix is None or not 0 <= now - self.full_read_unix < FULL_REBUILD_SECONDS
+        if full:
+            self.held, self.held_minutes, self.full_read_unix = {}, set(), now
+        settled = int(now) - SETTLE_SECONDS
+        wanted = {m for lo, hi in ranges for m in range(lo - lo % MINUTE_SECONDS, hi, MINUTE_SECONDS)}
+        for group in list(self.held):  # what left the reference
+            by_minute = self.held[group]
+            for m in [m for m in by_minute if m - m % MINUTE_SECONDS not in wanted]:
+                del by_minute[m]
+            if not by_minute:
+                del self.held[group]
+        self.held_minutes &= wanted
+        read = 0
+        for i, (lo, hi) in enumerate(ranges):
+            for gap_lo, gap_hi in _gaps(self.held_minutes, lo, hi):
+                for group, by_minute in self._minutes(gap_lo, gap_hi, pick_tenants=full and i == 0).items():
+                    self.held.setdefault(group, {}).update(by_minute)
+                span = range(gap_lo - gap_lo % MINUTE_SECONDS, gap_hi, MINUTE_SECONDS)
+                self.held_minutes.update(m for m in span if m + MINUTE_SECONDS <= settled)
+                read += len(span)
+        return read
 
     def evaluate(self, now: float) -> list[Finding]:
         """One pass (blocking: reads the store)."""
@@ -106,17 +139,11 @@ class DriftMonitor:
             stale = False
         if stale:
             started = time.perf_counter()
-            lo, hi = ranges[0][0], ranges[-1][1]
-            minutes = {}
-            if len(ranges) == 1:
-                minutes = self._minutes(lo, hi, pick_tenants=True)
-            else:
-                for i, (r_lo, r_hi) in enumerate(ranges):
-                    for group, by_minute in self._minutes(r_lo, r_hi, pick_tenants=i == 0).items():
-                        minutes.setdefault(group, {}).update(by_minute)
-            ref = build_reference(minutes, ranges, window, c.min_events, now)
+            read = self._hold(ranges, now)
+            ref = build_reference(self.held, ranges, window, c.min_events, now)
             self.reference = ref
-            log.info("drift reference rebuilt over %d range(s) in %.2f s", len(ranges), time.perf_counter() - started)
+            log.info("drift reference rebuilt over %d range(s) in %.2f s (%d minutes read)", len(ranges),
+                     time.perf_counter() - started, read)  # fmt: skip
         assert ref is not None
         current = self._minutes(start, end)
         out = [f for f in findings(ref, current, start, end, c.min_events) if f.signal in c.signals]
@@ -129,3 +156,19 @@ class DriftMonitor:
             self.latest = sorted(out, key=lambda f: (not f.drifted, f.business_type, f.tenant, f.signal))
             self.evaluated_unix = now
         return self.latest
+
+
+def _gaps(held: set[int], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The runs of minutes in [lo, hi) not in `held`, as [start, end) ranges."""
+    out: list[tuple[int, int]] = []
+    m = lo
+    while m < hi:
+        step = MINUTE_SECONDS - m % MINUTE_SECONDS
+        if m - m % MINUTE_SECONDS in held:
+            m += step
+            continue
+        start = m
+        while m < hi and m - m % MINUTE_SECONDS not in held:
+            m += MINUTE_SECONDS - m % MINUTE_SECONDS
+        out.append((start, min(m, hi)))
+    return out

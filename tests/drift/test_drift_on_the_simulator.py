@@ -10,14 +10,17 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 import yaml
 
 from collector.config import Settings
 from collector.drift.engine import Finding
+from collector.drift.monitor import DriftMonitor
 from collector.runtime import Runtime
-from collector.sim.fastclock import run_into_store, targets_for
+from collector.sim.fastclock import SpanWriter, run_into_store, targets_for
 from collector.sim.scenario import parse_scenario
 from collector.store.repository import Store
+from collector.traces.store import read_requests
 
 SCENARIO = """\
 version: v1
@@ -72,6 +75,7 @@ def run(
     from_minute: int = 29,
     system: int = 0,
     scrape_interval: float = 1.0,
+    spans: bool = False,
 ) -> tuple[Runtime, float, list[tuple[float, list[Finding]]]]:
     """Simulate, judging drift every `every` seconds of virtual time from `from_minute` on,
     on what has been stored so far (as a live collector would): [(now, findings), ...]."""
@@ -93,7 +97,13 @@ def run(
             assert rt.drift is not None
             passes.append((t0 + t, rt.drift.evaluate(t0 + t - 0.5)))  # before this second's scrape
 
-    run_into_store(scenario, store, minutes * 60, scrape_interval=scrape_interval, settings=settings, on_scrape=judge)
+    writer = SpanWriter(store, t0) if spans else None  # a gateway span per request, with its tenant
+    run_into_store(
+        scenario, store, minutes * 60, scrape_interval=scrape_interval, settings=settings, on_scrape=judge,
+        on_finish=writer,
+    )  # fmt: skip
+    if writer is not None:
+        writer.flush()
     return rt, t0, passes
 
 
@@ -209,3 +219,42 @@ def test_a_pinned_baseline_is_stored_by_the_command_and_judges_later_windows(tmp
         rt.store,
     )
     assert missing.drift is not None and missing.drift.evaluate(t0 + SHIFT_AT + 240) == []
+
+
+def test_the_reference_kept_between_rebuilds_equals_a_whole_re_read(tmp_path: Path) -> None:
+    """The running monitor keeps its reference's minutes and reads only those that entered it
+    since the last rebuild; each rebuilt reference (totals and calibrated thresholds, tenants
+    included) equals the one a fresh monitor builds by reading the whole reference."""
+    shift = f"{{kind: prompt_drift, start: {SHIFT_AT}s, duration: 10m, target: chat, factor: 3.6}}"
+    rt, t0, _ = run(tmp_path, shift, 45, every=1e9, spans=True)  # history only: judged below
+    config = rt.settings.drift.model_copy(update={"refresh": 120.0, "tenants": True, "min_events": 50})
+
+    def monitor() -> DriftMonitor:
+        return DriftMonitor(
+            config,
+            lambda lo, hi, metrics: rt.store.read_rows(lo, hi, metrics=metrics),
+            lambda lo, hi: read_requests(rt.store, lo, hi),
+            rt.business_type_of,
+        )
+
+    kept = monitor()
+    held = kept._hold
+    minutes_read: list[int] = []
+    kept._hold = lambda ranges, now: minutes_read.append(held(ranges, now)) or minutes_read[-1]  # type: ignore[method-assign]
+    for now in range(int(t0) + 26 * 60 + 30, int(t0) + 45 * 60, 150):
+        kept.evaluate(float(now))
+        fresh = monitor()
+        fresh.evaluate(float(now))
+        a, b = kept.reference, fresh.reference
+        assert a is not None and b is not None and (a.start, a.end) == (b.start, b.end)
+        assert a.totals.keys() == b.totals.keys() and a.thresholds.keys() == b.thresholds.keys()
+        assert any(tenant for (_bt, tenant), _signal in a.totals), "no tenant judged"
+        for key, pop in b.totals.items():
+            assert (a.totals[key].events, a.totals[key].cats, a.totals[key].hist) == (pop.events, pop.cats, pop.hist)
+            assert a.thresholds[key].psi == pytest.approx(b.thresholds[key].psi, rel=1e-9), key
+        assert [f.summary for f in kept.latest] == [f.summary for f in fresh.latest]
+    assert any(f.drifted for f in kept.latest), "the shift is judged from the kept reference too"
+    # the first rebuild reads the whole 25-minute reference; each later one the 2.5 minutes that
+    # entered it and the 3 that had not settled yet
+    print(f"\nminutes read per rebuild: {minutes_read}")
+    assert minutes_read[0] == 25 and max(minutes_read[1:]) <= 6, minutes_read
