@@ -233,7 +233,14 @@ def threshold_tests(rules: SloRules) -> list[dict[str, Any]]:
         labels: dict[str, str] | None = None,
     ) -> None:
         rule = alerts[(alert, bt.name if key is None else key)]
-        annotations = {k: v.replace("{{ $labels.instance }}", instance) for k, v in rule["annotations"].items()}
+        got = {**rule["labels"], **(labels or {})}
+        bt_or_all = got.get("business_type") or "$__all"  # `or` in the template: the label, else All
+
+        def expand(v: str) -> str:
+            v = v.replace("{{ $labels.instance }}", instance)
+            return v.replace('{{ or $labels.business_type "$__all" }}', bt_or_all)
+
+        annotations = {k: expand(v) for k, v in rule["annotations"].items()}
         exp = (
             [{"exp_labels": {**rule["labels"], **(labels or {}), "alertname": alert}, "exp_annotations": annotations}]
             if fires

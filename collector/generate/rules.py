@@ -263,7 +263,7 @@ def threshold_alerts(rules: SloRules) -> list[Rule]:
             "vLLM's own error counters never see (LLMSLONoHealthyTarget pages when a business type has "
             "no server left).",
             "runbook_url": rules.runbook("llmslotargetdown"),
-            "dashboard_url": rules.dashboard("all"),
+            "dashboard_url": rules.dashboard(PER_TARGET_BUSINESS_TYPE, "{{ $labels.instance }}"),
         },
     }
     restarted: Rule = {
@@ -279,11 +279,15 @@ def threshold_alerts(rules: SloRules) -> list[Rule]:
             f"{window}: requests in flight failed, and its caches start cold. Resolves {window} after "
             "the restart; several in a row mean a crash loop.",
             "runbook_url": rules.runbook("llmslotargetrestarted"),
-            "dashboard_url": rules.dashboard("all"),
+            "dashboard_url": rules.dashboard(PER_TARGET_BUSINESS_TYPE, "{{ $labels.instance }}"),
         },
     }
     out.extend([down, restarted])
     return out
+
+
+# the alerts on one server carry its business_type target label (when the user set it) and instance
+PER_TARGET_BUSINESS_TYPE = '{{ or $labels.business_type "$__all" }}'
 
 
 def rule_files(rules: SloRules) -> dict[str, dict[str, Any]]:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 from sqlalchemy import select
@@ -47,9 +48,14 @@ class AlertInstance:
 
     def payload(self, resend_interval: float, now: float) -> dict[str, Any]:
         """One alert of Alertmanager's API v2 `POST /api/v2/alerts` body."""
+        annotations = self.annotations
+        if "dashboard_url" in annotations:  # the link opens on the alert's own time range
+            until = self.ends_at_unix if self.state == "resolved" else None
+            url = alert_time_range(annotations["dashboard_url"], self.active_since_unix, until)
+            annotations = {**annotations, "dashboard_url": url}
         body: dict[str, Any] = {
             "labels": self.labels,
-            "annotations": self.annotations,
+            "annotations": annotations,
             "startsAt": _iso(self.starts_at_unix or now),
         }
         if self.state == "resolved":
@@ -57,6 +63,19 @@ class AlertInstance:
         else:
             body["endsAt"] = _iso(now + 4 * resend_interval)
         return body
+
+
+def alert_time_range(url: str, since_unix: float, until_unix: float | None) -> str:
+    """A dashboard link whose time range (Grafana's `from`/`to`, when the link has them) spans
+    the alert: from an hour before it became active to 15 minutes after it resolved (or now)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if not {"from", "to"} <= {k for k, _ in query}:
+        return url
+    start = str(int((since_unix - 3600) * 1000))
+    end = str(int((until_unix + 900) * 1000)) if until_unix is not None else "now"
+    query = [(k, start if k == "from" else end if k == "to" else v) for k, v in query]
+    return urlunsplit(parts._replace(query=urlencode(query, safe="$")))
 
 
 @dataclass(frozen=True)

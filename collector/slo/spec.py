@@ -184,8 +184,11 @@ class SloRules:
     def runbook(self, anchor: str) -> str:
         return self.runbook_url.replace("{anchor}", anchor)
 
-    def dashboard(self, business_type: str) -> str:
-        return self.dashboard_url.replace("{business_type}", business_type)
+    def dashboard(self, business_type: str, instance: str | None = None) -> str:
+        """The dashboard link of an alert on `business_type` (and, for an alert on one server,
+        its Prometheus `instance`, which the dashboards' instance variable takes)."""
+        url = self.dashboard_url.replace("{business_type}", business_type)
+        return url + (f"&var-instance={instance}" if instance and "?" in url else "")
 
 
 class RulesError(Exception):
