@@ -206,6 +206,8 @@ class LlmsloCollector(Collector):
                 remaining.add_metric(labels, st.budget_remaining)
         for inst in rt.alerts.active():
             lbl = inst.labels
+            if "slo" not in lbl:  # an incident alert (restart, drift, cache collapse): not an SLO's
+                continue
             firing.add_metric(
                 [lbl["slo"], lbl["business_type"], lbl["severity"], lbl["long_window"], lbl["short_window"]],
                 1.0 if inst.state == "firing" else 0.0,

@@ -272,13 +272,15 @@ def run_stack(
 
 # Besides the error burst that pages, what the remaining panels show has to happen: the batch
 # replica restarts (scrape errors while it is down, then a restart), its GPU holds KV cache for
-# about 5,000 tokens (its 3,000-token prompts preempt each other), customer service's prompts grow
+# about 9,700 tokens (its 3,000-token prompts preempt each other), customer service's prompts grow
 # 3x (drift), and the run lasts until every panel finds a series (cost per 1M tokens needs the
 # attributed-cost counters of a closed minute). Batch traffic is too thin to page for errors,
 # customer service's longer prompts stay well within its TTFT objective.
 INCIDENT_SCENARIO = HEALTHY.replace(
-    "    gpu_memory_gb: 80\n    replicas: 1\n    business_types: [batch]",
-    "    gpu_memory_gb: 34\n    replicas: 1\n    business_types: [batch]",
+    "    gpu_memory_gb: 80\n    replicas: 1\n    business_types: [batch]\n    max_num_seqs: 128\n"
+    "    max_model_len: 16384",
+    "    gpu_memory_gb: 35\n    replicas: 1\n    business_types: [batch]\n    max_num_seqs: 128\n"
+    "    max_model_len: 8192",
 ) + (
     "incidents:\n"
     "  - {kind: error_burst, start: 15s, duration: 10m, target: chat, error_ratio: 0.5}\n"
@@ -288,7 +290,7 @@ INCIDENT_SCENARIO = HEALTHY.replace(
 
 
 def test_an_error_burst_pages_through_prometheus_and_alertmanager(tmp_path: Path, receiver: Receiver) -> None:
-    assert "gpu_memory_gb: 34" in INCIDENT_SCENARIO
+    assert "gpu_memory_gb: 35" in INCIDENT_SCENARIO
     stack = run_stack(tmp_path, INCIDENT_SCENARIO, receiver, seconds=240, until_page=True, until_panels=True)
     got = stack.first_pages  # type: ignore[attr-defined]
     assert got, f"no page arrived; SLI {stack.sli}"  # type: ignore[attr-defined]

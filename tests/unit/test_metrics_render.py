@@ -45,3 +45,19 @@ def test_target_families_parse_back_and_join_the_rest(tmp_path: Path) -> None:
     types = {f.name: f.type for f in families}
     for name, kind, _ in TARGET_FAMILIES:
         assert types[name.removesuffix("_total") if kind == "counter" else name] == kind
+
+
+def test_metrics_render_while_incident_and_slo_alerts_are_active(tmp_path: Path) -> None:
+    """An incident alert (a restart, drift: no `slo` label) and a burn-rate alert active at once:
+    /metrics renders (it raised KeyError before), listing the burn-rate alert in its SLO family."""
+    from collector.slo.alerts import AlertInstance
+
+    rt = Runtime(Settings.model_validate({"data_dir": str(tmp_path), "rules": "rules"}))
+    restart = {"alertname": "LLMSLOTargetRestarted", "severity": "ticket", "target": "chat-0", "business_type": "chat"}
+    burn = {"alertname": "LLMSLOChatErrorsBudgetBurn", "severity": "page", "slo": "chat-errors",
+            "business_type": "chat", "long_window": "1h", "short_window": "5m"}  # fmt: skip
+    for i, labels in enumerate((restart, burn)):
+        rt.alerts.instances[str(i)] = AlertInstance(str(i), labels, {}, "firing", 1.7e9)
+    text = generate_latest(build_registry(rt)).decode()
+    firing = [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == "llmslo_slo_alert_firing"]
+    assert [s.labels["slo"] for s in firing] == ["chat-errors"]
