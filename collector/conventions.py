@@ -34,6 +34,11 @@ TARGET_RESTARTS_TOTAL: Final = PREFIX + "target_restarts_total"
 TARGET_LAST_RESTART_SECONDS: Final = PREFIX + "target_last_restart_timestamp_seconds"
 TARGET_PROCESS_START_SECONDS: Final = PREFIX + "target_process_start_time_seconds"
 BUILD_INFO: Final = PREFIX + "build_info"
+# each periodic job (derive, drift, slo, report, ...): like Prometheus' rule-group timings
+JOB_LAST_DURATION: Final = PREFIX + "job_last_duration_seconds"
+JOB_DURATION_TOTAL: Final = PREFIX + "job_duration_seconds_total"
+JOB_RUNS_TOTAL: Final = PREFIX + "job_runs_total"
+JOB_LAST_RUN: Final = PREFIX + "job_last_run_timestamp_seconds"
 # the fleet map: engine series no business type claims, and those the two views disagree on
 UNASSIGNED_MODELS: Final = PREFIX + "unassigned_models"
 BUSINESS_TYPE_CONFLICTS: Final = PREFIX + "business_type_conflicts"

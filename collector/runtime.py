@@ -104,6 +104,22 @@ class Snapshot:
     reports: dict[float, ServingReport] = field(default_factory=dict)
 
 
+@dataclass
+class JobTimings:
+    """Per periodic job: runs, total and last duration, when it last ran."""
+
+    runs: dict[str, int] = field(default_factory=dict)
+    total_seconds: dict[str, float] = field(default_factory=dict)
+    last_seconds: dict[str, float] = field(default_factory=dict)
+    last_unix: dict[str, float] = field(default_factory=dict)
+
+    def record(self, job: str, seconds: float, now: float) -> None:
+        self.runs[job] = self.runs.get(job, 0) + 1
+        self.total_seconds[job] = self.total_seconds.get(job, 0.0) + seconds
+        self.last_seconds[job] = seconds
+        self.last_unix[job] = now
+
+
 class Runtime:
     def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self.settings = settings
@@ -165,6 +181,7 @@ class Runtime:
         self.request_snapshot: dict[tuple[float, str, str], RequestSummary] = {}
         self.started = False
         self.inflight: set[asyncio.Task[object]] = set()
+        self.job_timings = JobTimings()
 
     async def start(self) -> None:
         """Register every target and resume its state (one bad target does not stop the others)."""
@@ -181,18 +198,24 @@ class Runtime:
                 )
         self.started = True
 
-    def tracked(self, job: Callable[P, Awaitable[None]]) -> Callable[P, Awaitable[None]]:
-        """Wrap a scheduled job so that shutdown can wait for it instead of cancelling it mid-write."""
+    def tracked(self, job: Callable[P, Awaitable[None]], name: str | None = None) -> Callable[P, Awaitable[None]]:
+        """Wrap a scheduled job so that shutdown can wait for it instead of cancelling it mid-write
+        (and, given a `name`, time it for /metrics)."""
 
         async def run(*args: P.args, **kwargs: P.kwargs) -> None:
             task = asyncio.current_task()
             if task is not None:
                 self.inflight.add(task)
+            started = time.perf_counter()
             try:
                 await job(*args, **kwargs)
             finally:
                 if task is not None:
                     self.inflight.discard(task)
+                # how long each periodic job took (wall time, its worker thread included), for
+                # /metrics: a derive pass near its interval means the collector is near its limit
+                if name is not None:
+                    self.job_timings.record(name, time.perf_counter() - started, time.time())
 
         return run
 

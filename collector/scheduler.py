@@ -27,7 +27,7 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
     )
     now = datetime.now(UTC)
     scheduler.add_job(
-        runtime.tracked(_derive),
+        runtime.tracked(_derive, "derive"),
         IntervalTrigger(seconds=runtime.settings.derive_interval),
         args=[runtime],
         id="derive",
@@ -35,7 +35,7 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
     )
     if runtime.drift is not None:
         scheduler.add_job(
-            runtime.tracked(_drift),
+            runtime.tracked(_drift, "drift"),
             IntervalTrigger(seconds=runtime.settings.derive_interval),
             args=[runtime],
             id="drift",
@@ -43,7 +43,7 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
         )
     if runtime.rules is not None:
         scheduler.add_job(
-            runtime.tracked(_evaluate),
+            runtime.tracked(_evaluate, "evaluate"),
             IntervalTrigger(seconds=runtime.rules.evaluation_interval_seconds),
             args=[runtime],
             id="slo",
@@ -52,7 +52,7 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
     report = runtime.settings.report
     if report.enabled:
         scheduler.add_job(
-            runtime.tracked(_weekly_report),
+            runtime.tracked(_weekly_report, "weekly_report"),
             report_trigger(runtime),
             args=[runtime],
             id="report",
@@ -60,13 +60,13 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
         # a collector that was down (or restarted) at the scheduled time sends the week's report
         # once it is back, unless it is stored already
         scheduler.add_job(
-            runtime.tracked(_weekly_report_catch_up),
+            runtime.tracked(_weekly_report_catch_up, "weekly_report_catch_up"),
             DateTrigger(now + timedelta(seconds=60)),
             args=[runtime],
             id="report-catch-up",
         )
     scheduler.add_job(
-        runtime.tracked(_compact),
+        runtime.tracked(_compact, "compact"),
         IntervalTrigger(seconds=runtime.settings.retention.compaction_interval),
         args=[runtime],
         id="compact",

@@ -225,6 +225,22 @@ class LlmsloCollector(Collector):
         )
         skipped.add_metric([], float(self.runtime.loops.skipped_slots))
         yield skipped
+        timings = self.runtime.job_timings
+        last = GaugeMetricFamily(
+            conv.JOB_LAST_DURATION,
+            "How long the last run of each periodic job took (derive, drift, slo, ...): near its "
+            "interval, the collector is near its limit.",
+            labels=["job"],
+        )
+        total = CounterMetricFamily(conv.JOB_DURATION_TOTAL, "Time spent in each periodic job.", labels=["job"])
+        runs = CounterMetricFamily(conv.JOB_RUNS_TOTAL, "Runs of each periodic job.", labels=["job"])
+        when = GaugeMetricFamily(conv.JOB_LAST_RUN, "When each periodic job last finished.", labels=["job"])
+        for job in sorted(timings.runs):
+            last.add_metric([job], timings.last_seconds[job])
+            total.add_metric([job], timings.total_seconds[job])
+            runs.add_metric([job], float(timings.runs[job]))
+            when.add_metric([job], timings.last_unix[job])
+        yield from (last, total, runs, when)
         fleet = self.runtime.fleet
         pair = [conv.LABEL_TARGET, conv.LABEL_MODEL]
         unassigned = GaugeMetricFamily(

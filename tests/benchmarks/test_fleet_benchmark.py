@@ -98,6 +98,25 @@ def prometheus_scrapes(base: str) -> float:
     return total
 
 
+def job_timings(base: str) -> dict[str, tuple[float, float]]:
+    """Each periodic job's mean and last duration, from llmslo's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total: dict[str, float] = {}
+    runs: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for fam in text_string_to_metric_families(httpx.get(f"{base}/metrics", timeout=60).text):
+        for sample in fam.samples:
+            job = sample.labels.get("job")
+            if sample.name == "llmslo_job_duration_seconds_total":
+                total[job] = sample.value
+            elif sample.name == "llmslo_job_runs_total":
+                runs[job] = sample.value
+            elif sample.name == "llmslo_job_last_duration_seconds":
+                last[job] = sample.value
+    return {job: (total[job] / runs[job], last.get(job, 0.0)) for job in total if runs.get(job)}
+
+
 def timed_get(url: str, runs: int = 3) -> tuple[float, int]:
     times, size = [], 0
     for _ in range(runs):
@@ -197,6 +216,7 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
             ps1 = prometheus_scrapes(prom_base) if prometheus else 0.0
             metrics_ms, metrics_bytes = timed_get(f"{base}/metrics")
             serving_ms, serving_bytes = timed_get(f"{base}/api/v1/serving?window=5m")
+            jobs = job_timings(base)
             assert ours.poll() is None, "llmslo exited during the run"
     expected = n * elapsed / INTERVAL
     done = ok1 - ok0
@@ -214,6 +234,8 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
         f"  llmslo RSS MiB: {' '.join(f'{x:.0f}' for x in rss)} "
         f"(mean first half {statistics.mean(rss[:half] or rss):.0f}, second half {statistics.mean(rss[half:]):.0f})\n"
         f"  GET /metrics {metrics_ms:.0f} ms ({metrics_bytes / 1e6:.1f} MB), "
-        f"GET /api/v1/serving?window=5m {serving_ms:.0f} ms ({serving_bytes / 1e6:.1f} MB)"
+        f"GET /api/v1/serving?window=5m {serving_ms:.0f} ms ({serving_bytes / 1e6:.1f} MB)\n"
+        f"  periodic jobs, mean run (last): "
+        + ", ".join(f"{job} {mean * 1000:.0f} ms ({last * 1000:.0f} ms)" for job, (mean, last) in sorted(jobs.items()))
     )
     assert done > 0
