@@ -253,31 +253,47 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             )
         return TargetsResponse(targets=out)
 
-    published: dict[tuple[float, float, str | None], bytes] = {}
+    # (window, business type) -> (the derive pass it was encoded from, the JSON body)
+    published: dict[tuple[float, str | None], tuple[float, bytes]] = {}
+    encoding: dict[tuple[float, str | None], asyncio.Task[bytes | None]] = {}  # running re-encodes
 
-    def published_json(seconds: float, business_type: str | None) -> bytes | None:
-        """A published window's report as of the last derive pass (at most `derive_interval` old),
-        serialised once per pass: at a thousand targets building and encoding it per request took
-        seconds. None when the window is not published or the snapshot is stale."""
+    def encode_published(seconds: float, business_type: str | None) -> bytes | None:
+        """Encode a published window's report as of the last derive pass (blocking). None when
+        the window is not published or the snapshot is stale."""
         rt: Runtime = app.state.runtime
         snap = rt.snapshot
         report = snap.reports.get(seconds)
         if report is None or rt.now() - snap.computed_unix > 2 * rt.settings.derive_interval + 5:
             return None
-        key = (snap.computed_unix, seconds, business_type)
-        body = published.get(key)
-        if body is None:
-            if business_type is not None:  # a business type's groups and its own merged stats
-                report = dataclasses.replace(
-                    report,
-                    groups=tuple(g for g in report.groups if g.business_type == business_type),
-                    business_types=tuple(b for b in report.business_types if b.business_type == business_type),
-                )
-            body = report_out(format_duration(seconds), report).model_dump_json().encode()
-            for old in [k for k in published if k[0] != snap.computed_unix or len(published) > 64]:
-                del published[old]
-            published[key] = body
+        if business_type is not None:  # a business type's groups and its own merged stats
+            report = dataclasses.replace(
+                report,
+                groups=tuple(g for g in report.groups if g.business_type == business_type),
+                business_types=tuple(b for b in report.business_types if b.business_type == business_type),
+            )
+        body = report_out(format_duration(seconds), report).model_dump_json().encode()
+        if len(published) > 64:
+            published.clear()
+        published[(seconds, business_type)] = (snap.computed_unix, body)
         return body
+
+    async def published_json(seconds: float, business_type: str | None) -> bytes | None:
+        """A published window's report, serialised once per derive pass: at a thousand targets
+        encoding it takes about a second, so a request that finds the previous pass's body (at
+        most two passes old) gets it at once while the new one is encoded beside it; only a body
+        older than that is encoded while the request waits."""
+        rt: Runtime = app.state.runtime
+        key = (seconds, business_type)
+        held = published.get(key)
+        if held is not None and held[0] == rt.snapshot.computed_unix:
+            return held[1]
+        if held is not None and rt.now() - held[0] <= 2 * rt.settings.derive_interval + 5:
+            if key not in encoding:
+                task = asyncio.create_task(asyncio.to_thread(encode_published, seconds, business_type))
+                encoding[key] = task
+                task.add_done_callback(lambda _t: encoding.pop(key, None))
+            return held[1]
+        return await asyncio.to_thread(encode_published, seconds, business_type)
 
     @app.get("/api/v1/serving", response_model=ServingResponse, tags=["serving"])
     async def serving(
@@ -295,7 +311,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             report = await asyncio.to_thread(rt.report_between, fixed[0], fixed[1], target, model, business_type)
             return report_out(format_duration(max(60, fixed[1] - fixed[0])), report)
         if target is None and model is None:
-            cached = await asyncio.to_thread(published_json, seconds, business_type)
+            cached = await published_json(seconds, business_type)
             if cached is not None:
                 return Response(cached, media_type="application/json")  # type: ignore[return-value]
         report = await asyncio.to_thread(rt.report, seconds, rt.now(), target, model, business_type)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -211,3 +212,14 @@ targets:
         computed = httpx.get(f"{base}/api/v1/serving", params={"window": "5m", "target": "a"}).json()
         assert set(computed) == set(chat) and [g["target"] for g in computed["groups"]] == ["a"]
         assert chat["groups"][0]["stats"]["requests"] > 0
+
+        # later passes: a request gets the last encoded body at once (at most two passes old)
+        # while the newer one is encoded; the data moves on with the passes
+        def observed(report: dict[str, Any]) -> float:  # seconds of scrapes the window holds
+            return float(sum(g["stats"]["observed_seconds"] for g in report["groups"]))
+
+        seen = []
+        for _ in range(4):
+            time.sleep(1.2)
+            seen.append(observed(httpx.get(f"{base}/api/v1/serving", params={"window": "5m"}).json()))
+        assert seen == sorted(seen) and seen[-1] > observed(body), (observed(body), seen)
