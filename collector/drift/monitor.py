@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 WEEK = 7 * 86400
 DATING_SECONDS = 1800  # how far back a drifted signal's start is looked for
 SETTLE_SECONDS = 180  # minutes older than this are complete (late spans, the last scrapes) and kept
+# a minute of the current window is complete this long after it ended: every scrape inside it has
+# been committed (spans later than this count from the next reference on, not in this window)
+RECENT_SETTLE_SECONDS = 60
 FULL_REBUILD_SECONDS = 3600  # a whole re-read this often: busiest tenants re-chosen, corrections seen
 
 ReadRows = Callable[[int, int, Sequence[str]], Sequence[Row]]
@@ -67,6 +70,10 @@ class DriftMonitor:
         self.held: Minutes = {}
         self.held_minutes: set[int] = set()  # settled minutes whose data `held` has in full
         self.full_read_unix: float | None = None
+        # the current window's (and the dating half hour's) settled minutes, likewise kept
+        self.recent: Minutes = {}
+        self.recent_minutes: set[int] = set()
+        self.recent_tenants: set[str] = set()
         self.latest: list[Finding] = []
         self.evaluated_unix: float | None = None
         self.lock = threading.Lock()
@@ -89,6 +96,28 @@ class DriftMonitor:
         """A reference over [start, end) with thresholds for `window` (what `drift pin` stores)."""
         return build_reference(self._minutes(start, end, pick_tenants=True), [(start, end)], window,
                                self.config.min_events, now)  # fmt: skip
+
+    def _recent(self, lo: int, hi: int, now: float) -> Minutes:
+        """The minutes of [lo, hi) for the current window (and the half hour before it, to date a
+        shift): a minute that ended more than RECENT_SETTLE_SECONDS ago is read once and kept
+        (its scrapes are all committed by then), the later ones on every pass."""
+        if self.recent_tenants != self.tenants:  # the busiest tenants were chosen again
+            self.recent, self.recent_minutes, self.recent_tenants = {}, set(), set(self.tenants)
+        keep_from = hi - DATING_SECONDS - 2 * MINUTE_SECONDS
+        for group in list(self.recent):
+            by_minute = self.recent[group]
+            for m in [m for m in by_minute if m < keep_from]:
+                del by_minute[m]
+            if not by_minute:
+                del self.recent[group]
+        self.recent_minutes = {m for m in self.recent_minutes if m >= keep_from}
+        settled = int(now) - RECENT_SETTLE_SECONDS
+        for gap_lo, gap_hi in _gaps(self.recent_minutes, lo, hi):
+            for group, by_minute in self._minutes(gap_lo, gap_hi).items():
+                self.recent.setdefault(group, {}).update(by_minute)
+            span = range(gap_lo - gap_lo % MINUTE_SECONDS, gap_hi, MINUTE_SECONDS)
+            self.recent_minutes.update(m for m in span if m + MINUTE_SECONDS <= settled)
+        return {g: {m: v for m, v in bm.items() if lo <= m < hi} for g, bm in self.recent.items()}
 
     def _hold(self, ranges: list[tuple[int, int]], now: float) -> int:
         """Bring the held minutes up to `ranges`: read the minutes missing (all of them on a full
@@ -145,12 +174,11 @@ class DriftMonitor:
             log.info("drift reference rebuilt over %d range(s) in %.2f s (%d minutes read)", len(ranges),
                      time.perf_counter() - started, read)  # fmt: skip
         assert ref is not None
-        current = self._minutes(start, end)
+        current = self._recent(start, end, now)
         out = [f for f in findings(ref, current, start, end, c.min_events) if f.signal in c.signals]
         earlier = end - DATING_SECONDS - MINUTE_SECONDS
-        if any(f.drifted for f in out) and earlier < start:  # date the shifts: read the minutes before
-            for group, by_minute in self._minutes(earlier, start).items():
-                current.setdefault(group, {}).update(by_minute)
+        if any(f.drifted for f in out) and earlier < start:  # date the shifts: the minutes before too
+            current = self._recent(earlier, end, now)
             out = [f for f in findings(ref, current, start, end, c.min_events) if f.signal in c.signals]
         with self.lock:
             self.latest = sorted(out, key=lambda f: (not f.drifted, f.business_type, f.tenant, f.signal))
