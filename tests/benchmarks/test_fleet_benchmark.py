@@ -114,6 +114,8 @@ def job_timings(base: str) -> dict[str, tuple[float, float]]:
                 runs[job] = sample.value
             elif sample.name == "llmslo_job_last_duration_seconds":
                 last[job] = sample.value
+            elif sample.name == "llmslo_job_last_run_timestamp_seconds" and job == "derive":
+                print(f"  (the last derive pass finished {time.time() - sample.value:.1f} s before this read)")
     return {job: (total[job] / runs[job], last.get(job, 0.0)) for job in total if runs.get(job)}
 
 
@@ -215,8 +217,8 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
             c1, p1 = cpu_seconds(ours.pid), cpu_seconds(prom.pid) if prometheus else 0.0
             ps1 = prometheus_scrapes(prom_base) if prometheus else 0.0
             metrics_ms, metrics_bytes = timed_get(f"{base}/metrics")
-            serving_ms, serving_bytes = timed_get(f"{base}/api/v1/serving?window=5m")
             jobs = job_timings(base)
+            serving_ms, serving_bytes = timed_get(f"{base}/api/v1/serving?window=5m")
             assert ours.poll() is None, "llmslo exited during the run"
     expected = n * elapsed / INTERVAL
     done = ok1 - ok0

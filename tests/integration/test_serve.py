@@ -201,8 +201,11 @@ targets:
         types = {s.labels["business_type"] for s in fams["llmslo_business_requests_per_second"]}  # type: ignore[attr-defined]
         assert types == {"chat", "batch"}
 
-        published = httpx.get(f"{base}/api/v1/serving", params={"window": "5m"})
+        published = httpx.get(f"{base}/api/v1/serving", params={"window": "5m"})  # httpx asks for gzip
         assert published.headers["content-type"] == "application/json"
+        assert published.headers["content-encoding"] == "gzip"
+        plain = httpx.get(f"{base}/api/v1/serving", params={"window": "5m"}, headers={"Accept-Encoding": "identity"})
+        assert "content-encoding" not in plain.headers and plain.json().keys() == published.json().keys()
         body = published.json()
         assert sorted(g["target"] for g in body["groups"]) == ["a", "b"]
         assert body["window"] == "5m" and body["end_unix"] > body["start_unix"]
