@@ -238,16 +238,11 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         # scrapes due on the loop would wait
         rt: Runtime = request.app.state.runtime
 
-        zipped = "gzip" in request.headers.get("accept-encoding", "")  # Prometheus asks for it
-
         def render() -> bytes:
-            body = generate_latest(request.app.state.registry) + render_targets(rt).encode()
-            # compressed in the worker thread too: ~8x fewer bytes to write from the event loop
-            return gzip.compress(body, compresslevel=1, mtime=0) if zipped else body
+            return generate_latest(request.app.state.registry) + render_targets(rt).encode()
 
         body = await asyncio.to_thread(render)
-        headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"} if zipped else {"Vary": "Accept-Encoding"}
-        return Response(body, media_type=CONTENT_TYPE_LATEST, headers=headers)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/api/v1/targets", response_model=TargetsResponse, tags=["serving"])
     async def list_targets(rt: RuntimeDep) -> TargetsResponse:
