@@ -49,4 +49,4 @@ echo "== mypy (strict on collector/)"
 echo "== generated files up to date"
 .venv/bin/llmslo generate --check
 echo "== pytest"
-.venv/bin/python -m pytest --ignore=tests/benchmarks "$@"
+.venv/bin/python -m pytest --ignore=tests/benchmarks --durations=15 "$@"

@@ -351,7 +351,7 @@ def test_an_error_burst_pages_through_prometheus_and_alertmanager(tmp_path: Path
 
 
 def test_healthy_traffic_does_not_page(tmp_path: Path, receiver: Receiver) -> None:
-    stack = run_stack(tmp_path, HEALTHY, receiver, seconds=45, until_page=False)
+    stack = run_stack(tmp_path, HEALTHY, receiver, seconds=35, until_page=False)
     assert pages(receiver) == []
     assert stack.sli, "the SLI was never recorded: the rules select nothing"  # type: ignore[attr-defined]
 
@@ -360,6 +360,6 @@ def test_low_traffic_does_not_page_even_when_every_request_fails(tmp_path: Path,
     scenario = HEALTHY.replace("requests_per_second: 3", "requests_per_second: 0.2") + (
         "incidents:\n  - {kind: error_burst, start: 5s, duration: 10m, target: chat, error_ratio: 1.0}\n"
     )
-    stack = run_stack(tmp_path, scenario, receiver, seconds=45, until_page=False)
+    stack = run_stack(tmp_path, scenario, receiver, seconds=35, until_page=False)
     assert pages(receiver) == []
     assert stack.sli and float(stack.sli[0]["value"][1]) > 0.5  # type: ignore[attr-defined, index]
