@@ -7,6 +7,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
 
 from collector.config import DriftConfig
 from collector.drift.engine import (
@@ -44,6 +46,36 @@ def reference_ranges(config: DriftConfig, start: int, end: int) -> list[tuple[in
     return [(start - int(config.reference_length), start)]
 
 
+@dataclass
+class HeldMinutes:
+    """Minutes read from the store and kept between passes. A minute that ended before the
+    `settled` time given to `fill` is complete and never read again; later ones are read each time."""
+
+    minutes: Minutes = field(default_factory=dict)
+    complete: set[int] = field(default_factory=set)
+
+    def keep(self, wanted: Callable[[int], bool]) -> None:
+        """Drop the minutes (by their minute start) that `wanted` refuses."""
+        for group in list(self.minutes):
+            by_minute = self.minutes[group]
+            for m in [m for m in by_minute if not wanted(m - m % MINUTE_SECONDS)]:
+                del by_minute[m]
+            if not by_minute:
+                del self.minutes[group]
+        self.complete = {m for m in self.complete if wanted(m)}
+
+    def fill(self, lo: int, hi: int, settled: int, read: Callable[[int, int], Minutes]) -> int:
+        """Read the minutes of [lo, hi) not complete yet; returns how many were read."""
+        count = 0
+        for gap_lo, gap_hi in _gaps(self.complete, lo, hi):
+            for group, by_minute in read(gap_lo, gap_hi).items():
+                self.minutes.setdefault(group, {}).update(by_minute)
+            span = range(gap_lo - gap_lo % MINUTE_SECONDS, gap_hi, MINUTE_SECONDS)
+            self.complete.update(m for m in span if m + MINUTE_SECONDS <= settled)
+            count += len(span)
+        return count
+
+
 class DriftMonitor:
     def __init__(
         self,
@@ -67,12 +99,10 @@ class DriftMonitor:
         # The reference's minutes, kept between rebuilds: a rebuild reads only the minutes not
         # held yet (those that entered the reference since the last one) and drops those that
         # left it, instead of re-reading the whole reference (a day of every target's rows).
-        self.held: Minutes = {}
-        self.held_minutes: set[int] = set()  # settled minutes whose data `held` has in full
+        self.held = HeldMinutes()
         self.full_read_unix: float | None = None
         # the current window's (and the dating half hour's) settled minutes, likewise kept
-        self.recent: Minutes = {}
-        self.recent_minutes: set[int] = set()
+        self.recent = HeldMinutes()
         self.recent_tenants: set[str] = set()
         self.latest: list[Finding] = []
         self.evaluated_unix: float | None = None
@@ -102,46 +132,25 @@ class DriftMonitor:
         shift): a minute that ended more than RECENT_SETTLE_SECONDS ago is read once and kept
         (its scrapes are all committed by then), the later ones on every pass."""
         if self.recent_tenants != self.tenants:  # the busiest tenants were chosen again
-            self.recent, self.recent_minutes, self.recent_tenants = {}, set(), set(self.tenants)
+            self.recent, self.recent_tenants = HeldMinutes(), set(self.tenants)
         keep_from = hi - DATING_SECONDS - 2 * MINUTE_SECONDS
-        for group in list(self.recent):
-            by_minute = self.recent[group]
-            for m in [m for m in by_minute if m < keep_from]:
-                del by_minute[m]
-            if not by_minute:
-                del self.recent[group]
-        self.recent_minutes = {m for m in self.recent_minutes if m >= keep_from}
-        settled = int(now) - RECENT_SETTLE_SECONDS
-        for gap_lo, gap_hi in _gaps(self.recent_minutes, lo, hi):
-            for group, by_minute in self._minutes(gap_lo, gap_hi).items():
-                self.recent.setdefault(group, {}).update(by_minute)
-            span = range(gap_lo - gap_lo % MINUTE_SECONDS, gap_hi, MINUTE_SECONDS)
-            self.recent_minutes.update(m for m in span if m + MINUTE_SECONDS <= settled)
-        return {g: {m: v for m, v in bm.items() if lo <= m < hi} for g, bm in self.recent.items()}
+        self.recent.keep(lambda m: m >= keep_from)
+        self.recent.fill(lo, hi, int(now) - RECENT_SETTLE_SECONDS, self._minutes)
+        return {g: {m: v for m, v in bm.items() if lo <= m < hi} for g, bm in self.recent.minutes.items()}
 
     def _hold(self, ranges: list[tuple[int, int]], now: float) -> int:
         """Bring the held minutes up to `ranges`: read the minutes missing (all of them on a full
         read, choosing the busiest tenants again), drop those outside. Returns minutes read."""
         full = self.full_read_unix is None or not 0 <= now - self.full_read_unix < FULL_REBUILD_SECONDS
         if full:
-            self.held, self.held_minutes, self.full_read_unix = {}, set(), now
-        settled = int(now) - SETTLE_SECONDS
+            self.held, self.full_read_unix = HeldMinutes(), now
         wanted = {m for lo, hi in ranges for m in range(lo - lo % MINUTE_SECONDS, hi, MINUTE_SECONDS)}
-        for group in list(self.held):  # what left the reference
-            by_minute = self.held[group]
-            for m in [m for m in by_minute if m - m % MINUTE_SECONDS not in wanted]:
-                del by_minute[m]
-            if not by_minute:
-                del self.held[group]
-        self.held_minutes &= wanted
+        self.held.keep(wanted.__contains__)  # what left the reference
+        settled = int(now) - SETTLE_SECONDS
         read = 0
         for i, (lo, hi) in enumerate(ranges):
-            for gap_lo, gap_hi in _gaps(self.held_minutes, lo, hi):
-                for group, by_minute in self._minutes(gap_lo, gap_hi, pick_tenants=full and i == 0).items():
-                    self.held.setdefault(group, {}).update(by_minute)
-                span = range(gap_lo - gap_lo % MINUTE_SECONDS, gap_hi, MINUTE_SECONDS)
-                self.held_minutes.update(m for m in span if m + MINUTE_SECONDS <= settled)
-                read += len(span)
+            pick = full and i == 0  # a full read chooses the busiest tenants from the first range
+            read += self.held.fill(lo, hi, settled, partial(self._minutes, pick_tenants=pick))
         return read
 
     def evaluate(self, now: float) -> list[Finding]:
@@ -169,7 +178,7 @@ class DriftMonitor:
         if stale:
             started = time.perf_counter()
             read = self._hold(ranges, now)
-            ref = build_reference(self.held, ranges, window, c.min_events, now)
+            ref = build_reference(self.held.minutes, ranges, window, c.min_events, now)
             self.reference = ref
             log.info("drift reference rebuilt over %d range(s) in %.2f s (%d minutes read)", len(ranges),
                      time.perf_counter() - started, read)  # fmt: skip
