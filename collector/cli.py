@@ -898,14 +898,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--baseline",
         required=True,
-        help="target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE; from spans also tenant=T | "
-        "business_type=B | shadow=true",
+        help="target=A,B | model=NAME | deployment=NAME | track=NAME (the spans' track, the targets' "
+        "track label) | label.KEY=VALUE; from spans also tenant=T | business_type=B | shadow=true",
     )
     p.add_argument(
         "--source",
         choices=["auto", "engines", "spans"],
         default="auto",
-        help="engines (vLLM's histograms), spans (gateway spans: exact to 1 %%, tenants, shadow traffic) or "
+        help="engines (vLLM's histograms), spans (gateway spans: exact to 1 %%, tenants, tracks, shadow traffic) or "
         "auto (spans when both sides have some)",
     )
     p.add_argument("--candidate", required=True, help="the same forms as --baseline")

@@ -148,13 +148,14 @@ class RetentionConfig(_Strict):
 
 
 class ClassificationRule(_Strict):
-    """Trace classification: when `attribute` fully matches `pattern`, set business type and/or tenant.
-    Attributes are span or resource attributes; `model` is the normalised model name."""
+    """Trace classification: when `attribute` fully matches `pattern`, set business type, tenant
+    and/or track. Attributes are span or resource attributes; `model` is the normalised model name."""
 
     attribute: str
     pattern: str
     business_type: str | None = None
     tenant: str | None = None
+    track: str | None = Field(None, min_length=1, max_length=64)
 
     _regex = field_validator("pattern")(lambda cls, v: regex(v))
 
@@ -168,6 +169,11 @@ class TracesConfig(_Strict):
     dedupe_horizon: Duration = 24 * 3600.0
     default_business_type: str = "unassigned"
     classification: list[ClassificationRule] = Field(default_factory=list)
+    # the deployment track of a request (canary, stable, a version), for `llmslo compare track=...`:
+    # this span or resource attribute, else the `track_label` of the target the span came from
+    track_attribute: str = Field("llmslo.track", min_length=1)
+    track_label: str = Field("track", min_length=1)
+    max_tracks_per_minute: int = Field(20, ge=1)
     top_tenants: int = Field(20, ge=1)
     # per minute and business type; the rest are counted under tenant (model) "other", and
     # business types no configuration names under "unassigned"

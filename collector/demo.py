@@ -190,9 +190,9 @@ class Canary:
 
 def compare_canary(runtime: Runtime, since: float, now: float) -> Comparison:
     """The canary replicas (`track: canary`) against the stable ones, since the demo began, as
-    `llmslo compare --baseline label.track=stable --candidate label.track=canary` would judge them."""
+    `llmslo compare --baseline track=stable --candidate track=canary --source engines` would judge them."""
     end = int(now) // 60 * 60 + 60
-    stable, canary = Selector.parse("label.track=stable"), Selector.parse("label.track=canary")
+    stable, canary = Selector.parse("track=stable"), Selector.parse("track=canary")
     return runtime.compare(stable, canary, int(since) // 60 * 60, end, "engines")
 
 

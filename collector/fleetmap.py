@@ -104,17 +104,21 @@ class FleetMap:
         return found
 
     def source_of(
-        self, resource: Mapping[str, AttrValue], models_seen: Callable[[str], Sequence[str]]
+        self,
+        resource: Mapping[str, AttrValue],
+        models_seen: Callable[[str], Sequence[str]],
+        track_label: str = "track",
     ) -> Source | None:
         """What a span's source target adds to it: the model the target serves (its
-        `default_model`, or the one model its scrapes show) and the business-type mapping."""
+        `default_model`, or the one model its scrapes show), the business-type mapping and the
+        target's track label."""
         target = self.target_of_resource(resource) if resource else None
         if target is None:
             return None
         cfg = self.targets[target]
         seen = models_seen(target)
         model = cfg.default_model if cfg.default_model != "unknown" else (seen[0] if len(seen) == 1 else None)
-        return Source(target, model, lambda m: self.business_type_of(target, m))
+        return Source(target, model, lambda m: self.business_type_of(target, m), cfg.labels.get(track_label))
 
     def unassigned(self, target: str | None = None) -> list[tuple[str, str]]:
         """(target, model) pairs seen that no view places."""

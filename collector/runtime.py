@@ -545,7 +545,7 @@ class Runtime:
         against `tolerances` (default: the `compare:` configuration).
 
         `source`: `engines` (vLLM's histograms of the chosen targets/models), `spans` (gateway span
-        rollups: exact latencies to 1 %, tenants, shadow traffic) or `auto`: spans when both
+        rollups: exact latencies to 1 %, tenants, tracks, shadow traffic) or `auto`: spans when both
         selectors can choose spans and both sides have some, else engines."""
         window_seconds = float(max(60, end - start))
         names = (baseline.text, candidate.text)
@@ -558,7 +558,9 @@ class Runtime:
                 align_sketches(base, cand)
                 return compare_sides(base, cand, names, window_seconds, tol, source="spans")
         if source == "spans":
-            raise SelectorError("source=spans: both selectors must be model=, tenant=, business_type= or shadow=")
+            raise SelectorError(
+                "source=spans: both selectors must be model=, track=, tenant=, business_type= or shadow="
+            )
         for sel in (baseline, candidate):
             if not sel.on_engines:
                 raise SelectorError(f"selector {sel.text!r} chooses gateway spans only: use source=spans")
@@ -571,7 +573,7 @@ class Runtime:
                 cfg = self.targets.get(target)
                 labels = cfg.labels if cfg is not None else {}
                 d = self.inventory.deployment_of(target)
-                return sel.matches(target, model, labels, d.name if d else None)
+                return sel.matches(target, model, labels, d.name if d else None, self.settings.traces.track_label)
 
             return choose
 

@@ -79,7 +79,7 @@ async def _start_otlp_port(rt: Runtime, settings: Settings) -> tuple[EmbeddedSer
     return server, task
 
 
-SELECTOR_PATTERN = r"^((target|model|deployment|tenant|business_type|label\.[^=\s]+)=.*\S.*|shadow=(true|false))$"
+SELECTOR_PATTERN = r"^((target|model|deployment|track|tenant|business_type|label\.[^=\s]+)=.*\S.*|shadow=(true|false))$"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/v1/traces"})
 # A window is whole minutes (merges of minute rollups): the schema says so, so
 # FastAPI answers anything else with its standard 422 before a handler runs.
@@ -423,8 +423,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         baseline: Annotated[
             str,
             Query(
-                description="target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE; from spans also "
-                "tenant=T | business_type=B | shadow=true",
+                description="target=A,B | model=NAME | deployment=NAME | track=NAME (the spans' track, the "
+                "targets' track label) | label.KEY=VALUE; from spans also tenant=T | business_type=B | shadow=true",
                 pattern=SELECTOR_PATTERN,
             ),
         ],

@@ -117,10 +117,10 @@ class LlmsloCollector(Collector):
             stored.add_metric([thread], buckets, histogram.total)
         folded = CounterMetricFamily(
             conv.TRACE_VALUES_FOLDED,
-            'Span values past the cardinality limits, folded into "other" (tenant, model) or "unassigned".',
+            'Span values past the cardinality limits, folded into "other" (tenant, model, track) or "unassigned".',
             labels=["field"],
         )
-        for name in ("business_type", "tenant", "model"):
+        for name in ("business_type", "tenant", "model", "track"):
             folded.add_metric([name], float(t.guard.folded.get(name, 0)))
         yield from (spans, calls, stored, folded)
         snap = self.runtime.request_snapshot

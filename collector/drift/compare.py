@@ -49,7 +49,7 @@ class SelectorError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Selector:
-    kind: str  # target | model | deployment | label
+    kind: str  # target | model | deployment | label | track | tenant | business_type | shadow
     key: str
     values: frozenset[str]
     text: str
@@ -60,10 +60,10 @@ class Selector:
         name = name.strip(" \t")  # only blanks: any other character belongs to a label key
         if not sep or not value.strip():
             raise SelectorError(
-                f"selector {text!r}: expected target=A,B | model=NAME | deployment=NAME | label.KEY=VALUE"
+                f"selector {text!r}: expected target=A,B | model=NAME | deployment=NAME | track=NAME | label.KEY=VALUE"
             )
         values = frozenset(v.strip() for v in value.split(",") if v.strip())
-        if name in ("target", "model", "deployment", "tenant", "business_type"):
+        if name in ("target", "model", "deployment", "track", "tenant", "business_type"):
             return cls(name, "", values, text)
         if name == "shadow":
             if not values <= {"true", "false"}:
@@ -73,17 +73,17 @@ class Selector:
             return cls("label", name[6:], values, text)
         raise SelectorError(
             f"selector {text!r}: unknown key {name!r} "
-            "(target, model, deployment, label.KEY; from spans: tenant, business_type, shadow)"
+            "(target, model, deployment, track, label.KEY; from spans: tenant, business_type, shadow)"
         )
 
     @property
     def on_spans(self) -> bool:
-        """Whether gateway spans can be chosen by it (they carry model, tenant, business type)."""
-        return self.kind in ("model", "tenant", "business_type", "shadow")
+        """Whether gateway spans can be chosen by it (they carry model, tenant, business type, track)."""
+        return self.kind in ("model", "track", "tenant", "business_type", "shadow")
 
     @property
     def on_engines(self) -> bool:
-        return self.kind in ("target", "model", "deployment", "label", "business_type")
+        return self.kind in ("target", "model", "deployment", "label", "track", "business_type")
 
     def matches_span(self, key: RequestKey) -> bool:
         """A span rollup's key. Shadow spans are chosen only by `shadow=true`."""
@@ -92,16 +92,21 @@ class Selector:
             return shadow == ("true" in self.values)
         if shadow:
             return False
-        value = {"model": key.model, "tenant": key.tenant, "business_type": key.business_type}[self.kind]
-        return value in self.values
+        fields = {"model": key.model, "tenant": key.tenant, "business_type": key.business_type, "track": key.track}
+        return fields[self.kind] in self.values
 
-    def matches(self, target: str, model: str, labels: dict[str, str], deployment: str | None) -> bool:
+    def matches(
+        self, target: str, model: str, labels: dict[str, str], deployment: str | None, track_label: str = "track"
+    ) -> bool:
+        """An engine's series: `track=` reads the target's track label (traces.track_label)."""
         if self.kind == "target":
             return target in self.values
         if self.kind == "model":
             return model in self.values
         if self.kind == "deployment":
             return deployment in self.values
+        if self.kind == "track":
+            return labels.get(track_label) in self.values
         return labels.get(self.key) in self.values
 
 

@@ -74,7 +74,7 @@ def targets_for(
     `dcgm`, one DCGM exporter target per replica, named `<replica>-dcgm`). Where a canary
     (a deployment with a `traffic_share`) serves a business type, its replicas are labelled
     `track: canary` and the other replicas of that business type `track: stable`, as a user
-    would label them to compare the two (`llmslo compare --baseline label.track=stable ...`)."""
+    would label them to compare the two (`llmslo compare --baseline track=stable ...`)."""
     canaried = {bt for dep in scenario.deployments if dep.traffic_share is not None for bt in dep.business_types}
     out = []
     for dep in scenario.deployments:

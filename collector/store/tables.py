@@ -111,6 +111,7 @@ request_rollups = Table(
     Column("model", String(512), primary_key=True),
     Column("tenant", String(256), primary_key=True),
     Column("measured_at", String(16), primary_key=True),
+    Column("track", String(64), primary_key=True, server_default=""),  # "" when no span named one
     Column("data", Text, nullable=False),
 )
 

@@ -1,7 +1,7 @@
-"""Bounded trace cardinality: spans may name any business type, model or tenant; llmslo keeps a
-bounded number of each per minute (in memory, rollups and /metrics) and folds the rest into
-`unassigned` (business types no configuration knows) or `other` (tenants and models past the
-per-minute limit), counting what it folded."""
+"""Bounded trace cardinality: spans may name any business type, model, tenant or track; llmslo
+keeps a bounded number of each per minute (in memory, rollups and /metrics) and folds the rest into
+`unassigned` (business types no configuration knows) or `other` (tenants, models and tracks past
+the per-minute limit), counting what it folded."""
 
 from __future__ import annotations
 
@@ -17,14 +17,16 @@ KEEP_MINUTES = 15  # minutes whose seen values are remembered (late spans of old
 
 
 class CardinalityGuard:
-    def __init__(self, business_types: Iterable[str], max_tenants: int, max_models: int) -> None:
+    def __init__(self, business_types: Iterable[str], max_tenants: int, max_models: int, max_tracks: int = 20) -> None:
         self.business_types = frozenset(business_types) | {UNASSIGNED}
         self.max_tenants = max_tenants
         self.max_models = max_models
-        # minute -> business type -> tenants (models) seen in it
+        self.max_tracks = max_tracks
+        # minute -> business type -> tenants (models, tracks) seen in it
         self._tenants: dict[int, dict[str, set[str]]] = {}
         self._models: dict[int, dict[str, set[str]]] = {}
-        self.folded = Counter[str]()  # by field: business_type, tenant, model
+        self._tracks: dict[int, dict[str, set[str]]] = {}
+        self.folded = Counter[str]()  # by field: business_type, tenant, model, track
 
     def apply(self, records: Sequence[RequestRecord]) -> None:
         """Fold, in place, the values past the limits."""
@@ -39,6 +41,9 @@ class CardinalityGuard:
             if not self._admit(self._models, minute, r.business_type, r.model, self.max_models):
                 r.model = OTHER_TENANTS
                 self.folded["model"] += 1
+            if r.track and not self._admit(self._tracks, minute, r.business_type, r.track, self.max_tracks):
+                r.track = OTHER_TENANTS
+                self.folded["track"] += 1
 
     @staticmethod
     def _admit(seen: dict[int, dict[str, set[str]]], minute: int, business_type: str, value: str, limit: int) -> bool:

@@ -22,6 +22,7 @@ MAX_ATTRIBUTE_CHARS = 65536
 MAX_MODEL_CHARS = 512
 MAX_TENANT_CHARS = 256
 MAX_BUSINESS_TYPE_CHARS = 128
+MAX_TRACK_CHARS = 64
 MAX_TOKENS = 100_000_000  # per request; a count above it is not a request llmslo can believe
 MAX_LATENCY_SECONDS = 7 * 86400.0
 MAX_FUTURE_SECONDS = 3600.0  # a span ending further ahead of llmslo's clock is rejected
@@ -53,6 +54,11 @@ MEASURED_AT = "llmslo.measured_at"
 # canary comparison (`shadow=true` selects it).
 SHADOW_ATTRIBUTE = "llmslo.shadow"
 SHADOW = "shadow"
+# The deployment track a request went to (`canary`, `stable`, a version: any short value), for
+# the canary comparison's `track=` selector: this span attribute (configurable, traces.track_attribute),
+# else the source target's `track` label, "" when none says; a matching classification rule's
+# `track` overrides both, as its business type and tenant do.
+TRACK_ATTRIBUTE = "llmslo.track"
 # Resource attributes that name the server a span came from (the fleet map places it by them):
 # `llmslo.target` (set on vLLM with OTEL_RESOURCE_ATTRIBUTES=llmslo.target=NAME), the standard
 # service.instance.id, or service.name (OTEL_SERVICE_NAME) matched against a target's `service_name`.
@@ -81,9 +87,10 @@ USED_ATTRIBUTES = frozenset(
 )
 
 
-def wanted_attributes(rules: Sequence[Rule] = ()) -> frozenset[str]:
-    """What spans_of must convert: the attributes read here plus those the classification rules test."""
-    return USED_ATTRIBUTES | {r.attribute for r in rules}
+def wanted_attributes(rules: Sequence[Rule] = (), track_attribute: str = TRACK_ATTRIBUTE) -> frozenset[str]:
+    """What spans_of must convert: the attributes read here, the track attribute and those the
+    classification rules test."""
+    return USED_ATTRIBUTES | {track_attribute} | {r.attribute for r in rules}
 
 
 @dataclass(slots=True)
@@ -105,6 +112,7 @@ class RequestRecord:
     queue_seconds: float | None
     finish_reason: str
     error_type: str
+    track: str = ""  # the deployment track (canary, stable, ...); "" when nothing names one
 
     @property
     def is_error(self) -> bool:
@@ -113,12 +121,13 @@ class RequestRecord:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One classification rule: if the attribute matches, set business type and/or tenant."""
+    """One classification rule: if the attribute matches, set business type, tenant and/or track."""
 
     attribute: str
     pattern: str
     business_type: str | None = None
     tenant: str | None = None
+    track: str | None = None
 
     def matches(self, attrs: dict[str, AttrValue], model: str) -> bool:
         value = model if self.attribute == "model" else attrs.get(self.attribute)
@@ -201,6 +210,7 @@ class Source:
     target: str
     model: str | None
     business_type_of: Callable[[str], str | None]  # model -> business type, the fleet map's answer
+    track: str | None = None  # the target's track label (`track: canary` in its labels)
 
 
 def normalize(
@@ -210,11 +220,13 @@ def normalize(
     source: Source | None = None,
     now_unix: float | None = None,
     merge_resource: bool = True,
+    track_attribute: str = TRACK_ATTRIBUTE,
 ) -> RequestRecord:
     """Raises Rejected with the reason for an unusable span.
 
     Business type: the span's `llmslo.business_type`, else its source target's (the fleet map),
-    else `default_business_type`; classification rules that match override it."""
+    else `default_business_type`; classification rules that match override it. Track: the span's
+    `track_attribute`, else its source target's track label; matching rules override it too."""
     # resource attributes count as the span's own (a tenant set on the resource); the caller may
     # skip the merge for a resource holding only what attribution reads (service.name)
     a = {**span.resource, **span.attributes} if span.resource and merge_resource else span.attributes
@@ -258,12 +270,14 @@ def normalize(
     business = _str(a, BUSINESS_TYPE, MAX_BUSINESS_TYPE_CHARS)
     business = business or (source.business_type_of(model) if source is not None else None)
     business = business or default_business_type
+    track = _str(a, (track_attribute,), MAX_TRACK_CHARS) or (source.track if source is not None else None) or ""
     for rule in rules:
         if rule.matches(a, model):
             business = rule.business_type or business
             tenant = rule.tenant or tenant
-    if len(business) > MAX_BUSINESS_TYPE_CHARS or len(tenant) > MAX_TENANT_CHARS:
-        raise Rejected("a classified business type or tenant is longer than the schema holds")
+            track = rule.track or track
+    if len(business) > MAX_BUSINESS_TYPE_CHARS or len(tenant) > MAX_TENANT_CHARS or len(track) > MAX_TRACK_CHARS:
+        raise Rejected("a classified business type, tenant or track is longer than the schema holds")
     return RequestRecord(
         span.trace_id,
         span.span_id,
@@ -282,4 +296,5 @@ def normalize(
         _num(a, QUEUE, MAX_LATENCY_SECONDS),
         finish,
         error_type,
+        track,
     )

@@ -37,6 +37,7 @@ class RequestKey(NamedTuple):
     model: str
     tenant: str
     measured_at: str
+    track: str = ""  # the deployment track (canary comparison); "" when no span said
 
 
 @dataclass(slots=True)
@@ -170,7 +171,7 @@ def aggregate(
     groups: dict[RequestKey, list[RequestRecord]] = {}
     for r in records:
         minute = int(r.end_unix // MINUTE_SECONDS) * MINUTE_SECONDS  # rollup.period_start, inlined
-        key = RequestKey(minute, r.business_type, r.model, r.tenant, r.measured_at)
+        key = RequestKey(minute, r.business_type, r.model, r.tenant, r.measured_at, r.track)
         group = groups.get(key)
         if group is None:
             groups[key] = [r]

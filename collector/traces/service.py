@@ -60,17 +60,19 @@ class TraceIngest:
         self.runtime = runtime
         cfg = runtime.settings.traces
         self.cfg = cfg
-        self.rules = [Rule(r.attribute, r.pattern, r.business_type, r.tenant) for r in cfg.classification]
+        self.rules = [Rule(r.attribute, r.pattern, r.business_type, r.tenant, r.track) for r in cfg.classification]
         known = {*runtime.settings.business_types, cfg.default_business_type}
         known |= {r.business_type for r in cfg.classification if r.business_type}
         if runtime.rules is not None:
             known |= {bt.name for bt in runtime.rules.business_types}
-        self.guard = CardinalityGuard(known, cfg.max_tenants_per_minute, cfg.max_models_per_minute)
+        self.guard = CardinalityGuard(
+            known, cfg.max_tenants_per_minute, cfg.max_models_per_minute, cfg.max_tracks_per_minute
+        )
         self.warned_sources: set[str] = set()
         self.warned_faults: set[str] = set()  # exception types of spans the normaliser did not foresee
         # resource keys read only for attribution: a resource with nothing else needs no merge
-        self.source_only = frozenset(SOURCE_ATTRIBUTES) - {r.attribute for r in self.rules}
-        self.wanted = wanted_attributes(self.rules)
+        self.source_only = frozenset(SOURCE_ATTRIBUTES) - {r.attribute for r in self.rules} - {cfg.track_attribute}
+        self.wanted = wanted_attributes(self.rules, cfg.track_attribute)
         if not otlp.SCANNER_BUILT:
             log.warning("C span scanner not built (no compiler at install): traces are decoded in Python, slower")
         self.in_flight = 0
@@ -157,9 +159,11 @@ class TraceIngest:
                 resource = span.resource
                 if resource is not last_resource:
                     last_resource = resource
-                    source = fleet.source_of(resource, models_seen) if resource else None
+                    source = fleet.source_of(resource, models_seen, self.cfg.track_label) if resource else None
                     merge = bool(resource) and not resource.keys() <= self.source_only
-                record = normalize(span, self.rules, self.cfg.default_business_type, source, now, merge)
+                record = normalize(
+                    span, self.rules, self.cfg.default_business_type, source, now, merge, self.cfg.track_attribute
+                )
                 records.append(record)
                 if record.business_type == UNASSIGNED:
                     self._warn_unassigned(span)

@@ -140,12 +140,13 @@ def _ingest(
                     request_rollups.c.model,
                     request_rollups.c.tenant,
                     request_rollups.c.measured_at,
+                    request_rollups.c.track,
                 ).in_([tuple(k) for k in key_chunk]),
             )
         ):
-            existing[RequestKey(row.start_unix, row.business_type, row.model, row.tenant, row.measured_at)] = (
-                RequestCell.from_json(json.loads(row.data))
-            )
+            existing[
+                RequestKey(row.start_unix, row.business_type, row.model, row.tenant, row.measured_at, row.track)
+            ] = RequestCell.from_json(json.loads(row.data))
     rows = []
     for key, cell in cells.items():
         have = existing.get(key)
@@ -174,7 +175,7 @@ def read_requests(
         rows = conn.execute(select(request_rollups).where(*cond))
         return [
             (
-                RequestKey(r.start_unix, r.business_type, r.model, r.tenant, r.measured_at),
+                RequestKey(r.start_unix, r.business_type, r.model, r.tenant, r.measured_at, r.track),
                 RequestCell.from_json(json.loads(r.data)),
             )
             for r in rows
@@ -192,9 +193,10 @@ def compact_requests(store: Store, now_unix: float, minute_retention: float, hou
                 request_rollups.c.period_seconds == MINUTE_SECONDS, request_rollups.c.start_unix < cutoff
             )
         ).all()
-        hours: dict[tuple[int, str, str, str, str], RequestCell] = {}
+        hours: dict[RequestKey, RequestCell] = {}
         for r in rows:
-            key = (r.start_unix // HOUR_SECONDS * HOUR_SECONDS, r.business_type, r.model, r.tenant, r.measured_at)
+            hour = r.start_unix // HOUR_SECONDS * HOUR_SECONDS
+            key = RequestKey(hour, r.business_type, r.model, r.tenant, r.measured_at, r.track)
             cell = RequestCell.from_json(json.loads(r.data))
             if key in hours:
                 hours[key].merge(cell)
@@ -204,11 +206,7 @@ def compact_requests(store: Store, now_unix: float, minute_retention: float, hou
             have = conn.execute(
                 select(request_rollups.c.data).where(
                     request_rollups.c.period_seconds == HOUR_SECONDS,
-                    request_rollups.c.start_unix == key[0],
-                    request_rollups.c.business_type == key[1],
-                    request_rollups.c.model == key[2],
-                    request_rollups.c.tenant == key[3],
-                    request_rollups.c.measured_at == key[4],
+                    *(request_rollups.c[name] == value for name, value in key._asdict().items()),
                 )
             ).scalar()
             if have is not None:
@@ -218,12 +216,8 @@ def compact_requests(store: Store, now_unix: float, minute_retention: float, hou
                 request_rollups,
                 [
                     {
-                        "start_unix": key[0],
+                        **key._asdict(),
                         "period_seconds": HOUR_SECONDS,
-                        "business_type": key[1],
-                        "model": key[2],
-                        "tenant": key[3],
-                        "measured_at": key[4],
                         "data": json.dumps(cell.to_json(), separators=(",", ":")),
                     }
                 ],

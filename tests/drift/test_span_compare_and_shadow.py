@@ -25,6 +25,7 @@ from collector.drift.compare import Selector, align_sketches, collect_spans, com
 from collector.runtime import Runtime
 from collector.traces.normalize import RequestRecord
 from collector.traces.rollup import RequestCell, RequestKey
+from collector.traces.store import compact_requests, read_requests
 from tests.embedded import free_port, serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +90,7 @@ def test_shadow_spans_over_otlp_compare_but_count_in_no_slo(tmp_path: Path) -> N
         for i in range(600):
             shadow = i % 3 == 0  # every third request also went to the candidate, in shadow
             ttft = rng.lognormvariate(-1.6, 0.4) * (2.0 if shadow else 1.0)
-            start = now - (600 - i) * 1_000_000_000
+            start = now - (610 - i) * 1_000_000_000  # every span ends before now
             attrs = {
                 "gen_ai.operation.name": "chat",
                 "gen_ai.request.model": MODEL + ("-v2" if shadow else ""),
@@ -141,3 +142,111 @@ def test_shadow_spans_over_otlp_compare_but_count_in_no_slo(tmp_path: Path) -> N
         assert mixed["verdict"] == "hold" and "source=spans" in mixed["reason"] and mixed["source"] == "none"
         bad = httpx.get(f"{base}/api/v1/compare", params={"baseline": "shadow=maybe", "candidate": "target=x"})
         assert bad.status_code == 422
+
+
+def test_canary_by_track_from_a_span_attribute_a_target_label_and_a_rule(tmp_path: Path) -> None:
+    """One model on both sides, so only the track tells canary from stable. The track comes from
+    the attribute the configuration names, from the label of the target the span came from, or
+    from a classification rule; a value too long to store rejects its span alone; tracks past
+    the per-minute limit are folded into `other` and counted; compaction into hours keeps them."""
+    port = free_port()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "version: v1\nbusiness_types:\n  chat:\n    objectives:\n"
+        "      - {name: ttft, sli: latency, metric: ttft, threshold: 1s, objective: 0.95, source: traces}\n"
+    )
+    settings = Settings(
+        data_dir=str(tmp_path),
+        rules=str(rules),
+        server={"host": "127.0.0.1", "port": port},
+        targets=[
+            {"name": "vllm-canary", "url": "http://127.0.0.1:9/metrics", "labels": {"track": "canary"},
+             "business_type": "chat"},
+        ],
+        traces={
+            "track_attribute": "deployment.track",
+            "max_tracks_per_minute": 20,
+            "classification": [{"attribute": "gateway.route", "pattern": "canary-.*", "track": "canary"}],
+        },
+    )  # fmt: skip
+    rt = Runtime(settings)
+    endpoint = f"http://127.0.0.1:{port}/v1/traces"
+    providers = {}
+    for name, resource in (("gateway", {"service.name": "gateway"}), ("engine", {"llmslo.target": "vllm-canary"})):
+        providers[name] = TracerProvider(resource=Resource.create(resource))
+        providers[name].add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=30)))
+    rng = random.Random(11)
+    now = time.time_ns()
+    old_minute = (now // 60_000_000_000 - 120) * 60_000_000_000  # two hours ago, outside the compared hour
+
+    def send(provider: str, start: int, slow: bool, extra: dict[str, object]) -> None:
+        ttft = rng.lognormvariate(-1.6, 0.4) * (1.8 if slow else 1.0)
+        attrs = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": MODEL,
+            "gen_ai.usage.input_tokens": 300,
+            "gen_ai.usage.output_tokens": 80,
+            "gen_ai.response.time_to_first_chunk": ttft,
+            "gen_ai.response.finish_reasons": ["stop"],
+            "llmslo.business_type": "chat",
+            **extra,
+        }
+        span = providers[provider].get_tracer("test").start_span("chat", kind=SpanKind.CLIENT, start_time=start,
+                                                                 attributes=attrs)  # fmt: skip
+        span.end(end_time=start + int((ttft + 2.0) * 1e9))
+
+    with serving(create_app(settings, rt, schedule=False), port):
+        for i in range(500):
+            start = now - (610 - i) * 1_000_000_000  # every span ends before now
+            if i % 5 == 0:  # 100: the canary named by the attribute
+                send("gateway", start, True, {"deployment.track": "canary"})
+            elif i % 5 == 1 and i < 300:  # 60: from the canary server, whose spans name no track
+                send("engine", start, True, {})
+            elif i % 5 == 1:  # 40: a gateway route a rule puts on the canary
+                send("gateway", start, True, {"gateway.route": "canary-eu"})
+            else:  # 300: stable
+                send("gateway", start, False, {"deployment.track": "stable"})
+        send("gateway", now - 30_000_000_000, False, {"deployment.track": "x" * 65})  # too long to store
+        for v in range(25):  # 25 tracks in one minute: 20 kept, 5 folded
+            send("gateway", old_minute + v * 1_000_000_000, False, {"deployment.track": f"v{v}"})
+        for provider in providers.values():
+            provider.force_flush()
+            provider.shutdown()
+        base = f"http://127.0.0.1:{port}"
+        params = {"baseline": "track=stable", "candidate": "track=canary", "window": "1h"}
+        verdict = httpx.get(f"{base}/api/v1/compare", params=params).json()
+        assert verdict["source"] == "spans"  # auto: both sides have spans
+        assert (verdict["baseline_requests"], verdict["candidate_requests"]) == (300, 200)
+        assert verdict["verdict"] == "rollback" and "TTFT p95" in verdict["reason"], verdict["reason"]
+        assert (
+            httpx.get(f"{base}/api/v1/compare", params={**params, "candidate": "track=nosuch"}).json()["verdict"]
+            == "hold"
+        )
+        metrics = httpx.get(f"{base}/metrics").text
+        assert 'llmslo_trace_values_folded_total{field="track"} 5.0' in metrics
+        assert 'llmslo_trace_spans_total{result="rejected"} 1.0' in metrics
+        # every shown request counts in the SLO, whatever its track
+        end = int(time.time()) // 60 * 60 + 60
+        [(_, events)] = rt.slo_attainment(end - 3600, end)[0]
+        assert events.total == 500
+    rows = read_requests(rt.store, 0, end)
+    tracks = {key.track for key, _ in rows}
+    assert {"stable", "canary", "other"} <= tracks and len(tracks - {"stable", "canary", "other"}) == 20
+    # a span with no track attribute from a server with no track label has none (""): a stable
+    # selector does not claim it
+    assert sum(c.total for k, c in rows if k.track == "canary") == 200
+    totals = {t: sum(c.total for k, c in rows if k.track == t) for t in tracks}
+    compact_requests(rt.store, end + 49 * 3600, 48 * 3600, 90 * 86400)
+    hours = read_requests(rt.store, 0, end + 3600, period=3600)
+    assert {t: sum(c.total for k, c in hours if k.track == t) for t in tracks} == totals
+    rt.store.close()
+
+
+def test_track_selector_on_engines_reads_the_configured_label() -> None:
+    sel = Selector.parse("track=canary")
+    assert sel.on_spans and sel.on_engines
+    assert sel.matches("a", "m", {"track": "canary"}, None)
+    assert not sel.matches("a", "m", {"track": "stable"}, None)
+    assert sel.matches("a", "m", {"rollout": "canary"}, None, track_label="rollout")
+    assert sel.matches_span(RequestKey(0, "chat", MODEL, "t", "gateway", "canary"))
+    assert not sel.matches_span(RequestKey(0, "chat", MODEL, "t", "shadow", "canary"))  # shadow: only shadow=true

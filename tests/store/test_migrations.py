@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, insert, inspect
+from sqlalchemy import create_engine, insert, inspect, text
 
 from collector.rollup import MINUTE_SECONDS
 from collector.store import migrate
@@ -75,8 +76,9 @@ def test_a_database_of_the_previous_release_is_upgraded_with_its_data(db_url: st
         tracker, _ids = store.load_tracker(store.ensure_target("vllm-0", "http://127.0.0.1:8000/metrics"))
         assert [c.value for c in tracker.state.values()] == [5000.0]
         [(key, cell)] = read_requests(store, T0, T0 + 60)
-        assert (key.tenant, cell.total, cell.cached_input_tokens, cell.cache_reported_input_tokens) == (
+        assert (key.tenant, key.track, cell.total, cell.cached_input_tokens, cell.cache_reported_input_tokens) == (
             "acme",
+            "",
             3,
             6,
             30,
@@ -129,3 +131,34 @@ def test_llmslo_db_upgrade(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert f"from {migrate.FIRST} to {migrate.head()}" in out.stdout
+
+
+def test_the_track_revision_downgrades_without_losing_a_request(db_url: str) -> None:
+    """0005 keys request rollups by track; going back to 0004 folds each tracked row into the row
+    of the same minute, model and tenant without one (the counts stay, only the track goes)."""
+    store = Store(db_url)
+    try:
+        table = metadata.tables["llmslo_request_rollups"]
+        row = {"start_unix": T0, "period_seconds": 60, "business_type": "chat", "model": "m", "tenant": "acme"}
+        cell = {"total": 3, "errors": 1, "finish": {"stop": 2, "error": 1}, "error_types": {"boom": 1}}
+        cell |= {"in": 30, "cached": 0, "out": 9, "good": {}, "joint": 0, "sketches": {}, "in_len": [1] * 22}
+        cell |= {"out_len": [0] * 22}
+        with store.engine.begin() as conn:
+            for track in ("", "canary", "stable"):
+                conn.execute(insert(table).values(**row, measured_at="gateway", track=track, data=json.dumps(cell)))
+            conn.execute(insert(table).values(**row, measured_at="engine", track="canary", data=json.dumps(cell)))
+        with store.engine.begin() as conn:
+            command.downgrade(migrate._config(conn), "0004")
+        assert "track" not in {c["name"] for c in inspect(store.engine).get_columns("llmslo_request_rollups")}
+        with store.engine.connect() as conn:
+            left = {
+                r.measured_at: json.loads(r.data) for r in conn.execute(text("SELECT * FROM llmslo_request_rollups"))
+            }
+        assert {k: (v["total"], v["errors"], v["finish"]) for k, v in left.items()} == {
+            "gateway": (9, 3, {"stop": 6, "error": 3}),
+            "engine": (3, 1, {"stop": 2, "error": 1}),
+        }
+        assert migrate.upgrade(store.engine) == ("0004", migrate.head())
+        assert {k.track for k, _ in read_requests(store, T0, T0 + 60)} == {""}
+    finally:
+        store.close()
