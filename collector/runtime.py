@@ -49,7 +49,7 @@ from collector.drift.compare import (
 )
 from collector.drift.monitor import DriftMonitor
 from collector.fleetmap import FleetMap
-from collector.rollup import MINUTE_SECONDS, SeriesCell, SeriesIdent, period_start
+from collector.rollup import MINUTE_SECONDS, Row, SeriesCell, SeriesIdent, period_start
 from collector.slo.alerts import AlertBook, deliver
 from collector.slo.evaluate import Events, SloStatus, evaluate, period_bounds, period_events
 from collector.slo.incidents import (
@@ -160,6 +160,7 @@ class Runtime:
                 self.business_type_of,
                 settings.traces.top_tenants,
                 lambda name: fetch_baseline(self.store, name),
+                self.open_rows,
             )
             if settings.drift.enabled
             else None
@@ -182,6 +183,8 @@ class Runtime:
         self.started = False
         self.inflight: set[asyncio.Task[object]] = set()
         self.job_timings = JobTimings()
+        # per target: (its series count, the metrics asked for, the series ids of those metrics)
+        self._open_sids: dict[str, tuple[int, frozenset[str], list[int]]] = {}
 
     async def start(self) -> None:
         """Register every target and resume its state (one bad target does not stop the others)."""
@@ -462,6 +465,29 @@ class Runtime:
                     ident = idents.get(sid)
                     if ident is not None and (model is None or ident.key.model == model):
                         out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
+        return out
+
+    def open_rows(self, start: int, end: int, metrics: frozenset[str]) -> list[Row] | None:
+        """The stored cells of `metrics` in the minutes of [start, end) the scrapers keep in
+        memory (the minute being written and the one before), as rows; None when memory cannot
+        answer: not serving (no scraper has committed in this process), or a minute before those."""
+        if not self.started or start < period_start(time.time()) - MINUTE_SECONDS:
+            return None
+        out: list[Row] = []
+        for name, scraper in list(self.scrapers.items()):
+            idents, units = scraper.idents, scraper.units
+            wanted = self._open_sids.get(name)
+            if wanted is None or wanted[0] != len(idents) or wanted[1] != metrics:  # new series: choose again
+                sids = [sid for sid, ident in list(idents.items()) if ident.key.metric in metrics]
+                wanted = self._open_sids[name] = (len(idents), metrics, sids)
+            for minute, by_sid in scraper.open_minute.kept(start):
+                if minute >= end:
+                    continue
+                for sid in wanted[2]:
+                    cell = by_sid.get(sid)
+                    if cell is not None:
+                        ident = idents[sid]
+                        out.append(Row(minute, MINUTE_SECONDS, SeriesCell(name, ident, units.get(ident.key, ""), cell)))
         return out
 
     def advance_cost_meter(self, now_unix: float) -> None:

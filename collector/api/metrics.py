@@ -7,6 +7,8 @@ snapshot); `collect()` only formats what is there, so a Prometheus scrape of llm
 from __future__ import annotations
 
 import math
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +30,56 @@ if TYPE_CHECKING:
 FamilyFactory = Callable[[str, str, str, list[str]], GaugeMetricFamily]
 
 
+class SloSeriesIndex:
+    """Which of a target's series the SLO event counters read, and their business type.
+
+    A target has ~300 series and the counters read a handful (the latency histograms the rules
+    judge, `request_success`): each target's choice is kept while its series are the same ones
+    (their count unchanged) and redone at least every `REFRESH_SECONDS`, so a /metrics render at a
+    thousand targets looks up ten thousand series instead of placing three hundred thousand."""
+
+    REFRESH_SECONDS = 60.0
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[int, float, list[tuple[SeriesIdent, str]]]] = {}
+        self._lock = threading.Lock()
+
+    def by_business_type(
+        self, runtime: Runtime, metrics: frozenset[str], now: float
+    ) -> dict[tuple[str, str], list[tuple[SeriesIdent, Cumulative]]]:
+        """(business type, metric) -> the scrapers' cumulative state of those series."""
+        out: dict[tuple[str, str], list[tuple[SeriesIdent, Cumulative]]] = {}
+        with self._lock:
+            kept, fresh = self._kept, {}
+            for name, scraper in list(runtime.scrapers.items()):
+                state = scraper.tracker.state
+                have = kept.get(name)
+                if have is None or have[0] != len(state) or now - have[1] >= self.REFRESH_SECONDS:
+                    places: dict[str, str | None] = {}
+                    chosen = []
+                    for ident in list(state):
+                        if ident.key.metric not in metrics:
+                            continue
+                        model = ident.key.model
+                        if model not in places:
+                            places[model] = runtime.business_type_of(name, model)
+                        btype = places[model]
+                        if btype is not None:
+                            chosen.append((ident, btype))
+                    have = (len(state), now, chosen)
+                fresh[name] = have
+                for ident, btype in have[2]:
+                    cum = state.get(ident)
+                    if cum is not None:
+                        out.setdefault((btype, ident.key.metric), []).append((ident, cum))
+            self._kept = fresh
+        return out
+
+
 class LlmsloCollector(Collector):
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self.slo_series = SloSeriesIndex()
 
     def collect(self) -> Iterator[Metric]:
         yield from self._self_metrics()
@@ -175,11 +224,8 @@ class LlmsloCollector(Collector):
             "1 while a burn-rate alert instance fires.",
             labels=[*base, conv.LABEL_SEVERITY, conv.LABEL_LONG_WINDOW, conv.LABEL_SHORT_WINDOW],
         )
-        states_by_type: dict[str | None, list[tuple[SeriesIdent, Cumulative]]] = {}
-        for name, scraper in rt.scrapers.items():
-            for ident, cum in scraper.tracker.state.items():
-                btype = rt.business_type_of(name, ident.key.model)
-                states_by_type.setdefault(btype, []).append((ident, cum))
+        read = frozenset(o.metric for o in rt.rules.objectives if o.sli == "latency" and o.metric) | {"request_success"}
+        states = self.slo_series.by_business_type(rt, read, time.monotonic())
         threshold = GaugeMetricFamily(
             conv.SLO_THRESHOLD_SECONDS,
             "A latency SLO's threshold: a request slower than this is a bad event (dashboards draw it).",
@@ -190,7 +236,8 @@ class LlmsloCollector(Collector):
             objective.add_metric(labels, o.objective)
             if o.sli == "latency" and o.metric is not None and o.threshold_seconds is not None:
                 threshold.add_metric([*labels, o.metric], o.threshold_seconds)
-            counted = cumulative_events(o, states_by_type.get(o.business_type, []))
+            metric = "request_success" if o.sli == "error_ratio" else (o.metric or "")
+            counted = cumulative_events(o, states.get((o.business_type, metric), []))
             if counted is not None:
                 good.add_metric(labels, counted.good)
                 total.add_metric(labels, counted.total)
@@ -404,42 +451,72 @@ def _target_label(name: str) -> str:
     return text
 
 
+class TargetRenderer:
+    """Every target's scrape health in the text exposition format (0.0.4), family by family.
+
+    Half of the lines are the scrape errors by reason (eleven per target), which change rarely:
+    each target's block of them is kept with the errors' total (a counter only grows, so an
+    unchanged total means unchanged counts) and reused while it holds. Targets no longer
+    configured drop out at the next render."""
+
+    def __init__(self) -> None:
+        self._errors: dict[str, tuple[int, str]] = {}
+        self._lock = threading.Lock()  # renders in two threads at once would race on the kept blocks
+
+    def render(self, runtime: Runtime) -> str:
+        rows = [(name, _target_label(name), scraper.status) for name, scraper in sorted(runtime.scrapers.items())]
+        out: list[str] = []
+        with self._lock:
+            kept, fresh = self._errors, {}
+            for name, kind, doc in TARGET_FAMILIES:
+                out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
+                if name == conv.SCRAPE_ERRORS_TOTAL:
+                    for target, label, st in rows:
+                        total = sum(st.errors_total.values())
+                        have = kept.get(target)
+                        if have is None or have[0] != total:
+                            lines = _target_values(name, label, st)
+                            have = (total, "".join(f"{name}{{{label}{sfx}}} {v!r}\n" for sfx, v in lines))
+                        fresh[target] = have
+                        out.append(have[1])
+                    continue
+                value_of = _TARGET_VALUE[name]
+                for _, label, st in rows:
+                    value = value_of(st)
+                    if value is not None:
+                        out.append(f"{name}{{{label}}} {float(value)!r}\n")
+            self._errors = fresh
+        return "".join(out)
+
+
 def render_targets(runtime: Runtime) -> str:
-    """Every target's scrape health in the text exposition format (0.0.4), family by family."""
-    rows = [(_target_label(name), scraper.status) for name, scraper in sorted(runtime.scrapers.items())]
-    out: list[str] = []
-    for name, kind, doc in TARGET_FAMILIES:
-        out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
-        for label, st in rows:
-            for suffix, value in _target_values(name, label, st):
-                out.append(f"{name}{{{label}{suffix}}} {value!r}\n")
-    return "".join(out)
+    """One render with nothing kept (tests, one-off callers)."""
+    return TargetRenderer().render(runtime)
 
 
 def _target_values(name: str, label: str, st: Any) -> list[tuple[str, float]]:
-    if name == conv.TARGET_UP:
-        return [] if st.up is None else [("", 1.0 if st.up else 0.0)]
-    if name == conv.SCRAPE_DURATION_SECONDS:
-        return [] if st.up is None else [("", float(st.last_duration_seconds))]
-    if name == conv.SCRAPE_SAMPLES:
-        return [("", float(st.samples))]
-    if name == conv.SCRAPE_BODY_BYTES:
-        return [("", float(st.body_bytes))]
-    if name == conv.LAST_SCRAPE_TIMESTAMP_SECONDS:
-        return [] if st.last_scrape_unix is None else [("", float(st.last_scrape_unix))]
-    if name == conv.SCRAPES_TOTAL:
-        return [("", float(st.scrapes_total))]
+    """A target's samples of one family: (label suffix after `target="..."`, value)."""
     if name == conv.SCRAPE_ERRORS_TOTAL:
         # every known reason from the start, at 0: a series born at 1 would hide its first
         # failure from rate() and increase()
         return [(f',{conv.LABEL_REASON}="{r}"', float(st.errors_total.get(r, 0))) for r in conv.SCRAPE_ERROR_REASONS]
-    if name == conv.COUNTER_RESETS_TOTAL:
-        return [("", float(st.counter_resets_total))]
-    if name == conv.TARGET_RESTARTS_TOTAL:
-        return [("", float(st.restarts_total))]
-    if name == conv.TARGET_LAST_RESTART_SECONDS:
-        return [] if st.last_restart_unix is None else [("", float(st.last_restart_unix))]
-    return [] if st.process_start_unix is None else [("", float(st.process_start_unix))]
+    value = _TARGET_VALUE[name](st)
+    return [] if value is None else [("", float(value))]
+
+
+# The one value of each single-sample family (None: no sample yet).
+_TARGET_VALUE: dict[str, Callable[[Any], float | None]] = {
+    conv.TARGET_UP: lambda st: None if st.up is None else (1.0 if st.up else 0.0),
+    conv.SCRAPE_DURATION_SECONDS: lambda st: None if st.up is None else st.last_duration_seconds,
+    conv.SCRAPE_SAMPLES: lambda st: st.samples,
+    conv.SCRAPE_BODY_BYTES: lambda st: st.body_bytes,
+    conv.LAST_SCRAPE_TIMESTAMP_SECONDS: lambda st: st.last_scrape_unix,
+    conv.SCRAPES_TOTAL: lambda st: st.scrapes_total,
+    conv.COUNTER_RESETS_TOTAL: lambda st: st.counter_resets_total,
+    conv.TARGET_RESTARTS_TOTAL: lambda st: st.restarts_total,
+    conv.TARGET_LAST_RESTART_SECONDS: lambda st: st.last_restart_unix,
+    conv.TARGET_PROCESS_START_SECONDS: lambda st: st.process_start_unix,
+}
 
 
 def build_registry(runtime: Runtime) -> CollectorRegistry:

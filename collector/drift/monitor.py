@@ -32,9 +32,13 @@ SETTLE_SECONDS = 180  # minutes older than this are complete (late spans, the la
 # a minute of the current window is complete this long after it ended: every scrape inside it has
 # been committed (spans later than this count from the next reference on, not in this window)
 RECENT_SETTLE_SECONDS = 60
+OPEN_METRICS = frozenset(DRIFT_METRICS)
 FULL_REBUILD_SECONDS = 3600  # a whole re-read this often: busiest tenants re-chosen, corrections seen
 
 ReadRows = Callable[[int, int, Sequence[str]], Sequence[Row]]
+# The engine rows of the minutes still being written, from the scrapers' memory (as stored);
+# None when memory cannot answer for [start, end) (then the store is read).
+ReadOpen = Callable[[int, int, frozenset[str]], Sequence[Row] | None]
 ReadRequests = Callable[[int, int], Sequence[tuple[RequestKey, RequestCell]]]
 
 
@@ -85,9 +89,11 @@ class DriftMonitor:
         place: Callable[[str, str], str | None],
         top_tenants: int = 20,
         fetch_pinned: Callable[[str], tuple[Reference, int] | None] | None = None,
+        read_open: ReadOpen | None = None,
     ) -> None:
         self.config = config
         self.read_rows = read_rows
+        self.read_open = read_open
         self.read_requests = read_requests
         self.place = place
         self.top_tenants = top_tenants
@@ -108,8 +114,13 @@ class DriftMonitor:
         self.evaluated_unix: float | None = None
         self.lock = threading.Lock()
 
-    def _minutes(self, start: int, end: int, pick_tenants: bool = False) -> Minutes:
-        minutes = engine_minutes(self.read_rows(start, end, DRIFT_METRICS), self.place)
+    def _minutes(self, start: int, end: int, pick_tenants: bool = False, open_rows: bool = False) -> Minutes:
+        """Every group's minutes of [start, end): the engines' from the store (or, with
+        `open_rows`, from the scrapers' memory when it can answer), the spans' from the store."""
+        rows = self.read_open(start, end, OPEN_METRICS) if open_rows and self.read_open is not None else None
+        if rows is None:
+            rows = self.read_rows(start, end, DRIFT_METRICS)
+        minutes = engine_minutes(rows, self.place)
         if self.config.tenants:
             requests = self.read_requests(start, end)
             if pick_tenants:  # the busiest tenants of the reference, at most top_tenants of them
@@ -130,13 +141,21 @@ class DriftMonitor:
     def _recent(self, lo: int, hi: int, now: float) -> Minutes:
         """The minutes of [lo, hi) for the current window (and the half hour before it, to date a
         shift): a minute that ended more than RECENT_SETTLE_SECONDS ago is read once and kept
-        (its scrapes are all committed by then), the later ones on every pass."""
+        (its scrapes are all committed by then); the later ones (the minute running and the one
+        before it) are taken on every pass from the scrapers' memory, where they are kept as
+        stored, or read from the store when memory cannot answer (not serving)."""
         if self.recent_tenants != self.tenants:  # the busiest tenants were chosen again
             self.recent, self.recent_tenants = HeldMinutes(), set(self.tenants)
         keep_from = hi - DATING_SECONDS - 2 * MINUTE_SECONDS
         self.recent.keep(lambda m: m >= keep_from)
-        self.recent.fill(lo, hi, int(now) - RECENT_SETTLE_SECONDS, self._minutes)
-        return {g: {m: v for m, v in bm.items() if lo <= m < hi} for g, bm in self.recent.minutes.items()}
+        settled = int(now) - RECENT_SETTLE_SECONDS
+        unsettled = max(lo, min(hi, settled - settled % MINUTE_SECONDS))  # minutes from here end after `settled`
+        self.recent.fill(lo, unsettled, settled, self._minutes)
+        out = {g: {m: v for m, v in bm.items() if lo <= m < unsettled} for g, bm in self.recent.minutes.items()}
+        if unsettled < hi:
+            for group, by_minute in self._minutes(unsettled, hi, open_rows=True).items():
+                out.setdefault(group, {}).update(by_minute)
+        return out
 
     def _hold(self, ranges: list[tuple[int, int]], now: float) -> int:
         """Bring the held minutes up to `ranges`: read the minutes missing (all of them on a full

@@ -440,6 +440,17 @@ class OpenMinute:
             out.append((minute, list(cells.items())))
         return out
 
+    def kept(self, from_minute: int) -> list[tuple[int, dict[int, Cell]]]:
+        """Like `stored`, without copying: the kept dicts themselves, to be read, never changed
+        (the scraper replaces a minute's cells, it does not change them in place)."""
+        out = []
+        previous, minute, cells = self.previous, self.minute, self.cells
+        if previous is not None and previous[0] >= from_minute:
+            out.append(previous)
+        if minute is not None and minute >= from_minute:
+            out.append((minute, cells))
+        return out
+
     def known_cells(self, minute: int, baseline_unix: float | None) -> dict[int, Cell] | None:
         if minute == self.minute:
             return self.cells

@@ -8,7 +8,7 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.api.metrics import TARGET_FAMILIES, build_registry, render_targets
+from collector.api.metrics import TARGET_FAMILIES, TargetRenderer, build_registry, render_targets
 from collector.config import Settings
 from collector.runtime import Runtime
 
@@ -47,6 +47,29 @@ def test_target_families_parse_back_and_join_the_rest(tmp_path: Path) -> None:
         assert types[name.removesuffix("_total") if kind == "counter" else name] == kind
 
 
+def test_kept_target_lines_follow_their_values(tmp_path: Path) -> None:
+    """The renderer reuses a target's text while its values hold: a changed value, a new error
+    reason and a target that is no longer configured all show at the next render, and a render
+    equals a fresh one."""
+    targets = [{"name": f"vllm-{i}", "url": "http://127.0.0.1:9/metrics"} for i in range(3)]
+    rt = Runtime(Settings.model_validate({"data_dir": str(tmp_path), "targets": targets}))
+    for scraper in rt.scrapers.values():
+        scraper.status.up, scraper.status.scrapes_total = True, 1
+    renderer = TargetRenderer()
+    first = renderer.render(rt)
+    assert renderer.render(rt) == first == render_targets(rt)
+    st = rt.scrapers["vllm-1"].status
+    st.scrapes_total, st.up = 2, False
+    st.errors_total["timeout"] += 1
+    del rt.scrapers["vllm-2"]
+    second = renderer.render(rt)
+    assert second == render_targets(rt) != first
+    assert 'llmslo_scrapes_total{target="vllm-1"} 2.0' in second
+    assert 'llmslo_target_up{target="vllm-1"} 0.0' in second
+    assert 'llmslo_scrape_errors_total{target="vllm-1",reason="timeout"} 1.0' in second
+    assert 'target="vllm-2"' not in second
+
+
 def test_metrics_render_while_incident_and_slo_alerts_are_active(tmp_path: Path) -> None:
     """An incident alert (a restart, drift: no `slo` label) and a burn-rate alert active at once:
     /metrics renders (it raised KeyError before), listing the burn-rate alert in its SLO family."""
@@ -61,3 +84,71 @@ def test_metrics_render_while_incident_and_slo_alerts_are_active(tmp_path: Path)
     text = generate_latest(build_registry(rt)).decode()
     firing = [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == "llmslo_slo_alert_firing"]
     assert [s.labels["slo"] for s in firing] == ["chat-errors"]
+
+
+def test_slo_event_counters_follow_every_target_and_series(tmp_path: Path) -> None:
+    """`llmslo_slo_events_total` / `_good_events_total` read only the series the rules judge,
+    kept per target: they equal a full scan of every target's state, follow new counts, a new
+    series and a target placed in another business type."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from collector.rollup import DeltaTracker
+    from collector.slo.evaluate import cumulative_events
+    from collector.sources.vllm import read_scrape
+
+    body = (Path(__file__).parents[2] / "collector" / "data" / "vllm-0.13-sample.txt").read_text()
+    targets = [
+        {"name": "chat-0", "url": "http://127.0.0.1:9/metrics", "business_type": "chat"},
+        {"name": "chat-1", "url": "http://127.0.0.1:9/metrics", "business_type": "chat"},
+        {"name": "code-0", "url": "http://127.0.0.1:9/metrics", "business_type": "code_completion"},
+        {"name": "nowhere", "url": "http://127.0.0.1:9/metrics"},  # its model is in no rule: no SLO
+    ]
+    rt = Runtime(Settings.model_validate({"data_dir": str(tmp_path), "rules": "rules", "targets": targets}))
+    assert rt.rules is not None
+    registry = build_registry(rt)
+
+    def scrape(name: str, text: str, unix: float) -> None:
+        tracker: DeltaTracker = rt.scrapers[name].tracker
+        tracker.commit(tracker.observe(read_scrape(text), unix), unix)
+
+    def rendered() -> dict[tuple[str, str], float]:
+        text = generate_latest(registry).decode()
+        return {
+            (s.name, s.labels["slo"]): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name in ("llmslo_slo_events_total", "llmslo_slo_good_events_total")
+        }
+
+    def full_scan() -> dict[tuple[str, str], float]:
+        assert rt.rules is not None
+        out = {}
+        for o in rt.rules.objectives:
+            states = [
+                (ident, cum)
+                for name, scraper in rt.scrapers.items()
+                for ident, cum in scraper.tracker.state.items()
+                if rt.business_type_of(name, ident.key.model) == o.business_type
+            ]
+            counted = cumulative_events(o, states)
+            if counted is not None:
+                out[("llmslo_slo_good_events_total", o.slo)] = counted.good
+                out[("llmslo_slo_events_total", o.slo)] = counted.total
+        return out
+
+    for name in ("chat-0", "code-0", "nowhere"):
+        scrape(name, body, 1000.0)
+    first = rendered()
+    assert first == full_scan() and first[("llmslo_slo_events_total", "chat-errors")] > 0
+    # more requests on chat-0 (same series, new counts), and chat-1's first scrape
+    grown = "\n".join(
+        line.rsplit(" ", 1)[0] + " " + str(float(line.rsplit(" ", 1)[1]) * 2)
+        if line.startswith(("vllm:request_success_total", "vllm:time_to_first_token_seconds_"))
+        else line
+        for line in body.splitlines()
+    )
+    scrape("chat-0", grown + "\n", 1015.0)
+    scrape("chat-1", body, 1015.0)
+    second = rendered()
+    assert second == full_scan() != first
+    assert second[("llmslo_slo_events_total", "chat-errors")] > first[("llmslo_slo_events_total", "chat-errors")]
