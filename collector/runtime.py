@@ -71,7 +71,7 @@ from collector.store.committer import GroupCommitter
 from collector.store.repository import Store
 from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.service import TraceIngest
-from collector.traces.store import compact_requests, expire_span_ids, read_requests
+from collector.traces.store import compact_requests, expire_span_ids, first_request_unix, read_requests
 from collector.traces.summary import RequestSummary, summarize
 
 log = logging.getLogger(__name__)
@@ -183,8 +183,6 @@ class Runtime:
         self.started = False
         self.inflight: set[asyncio.Task[object]] = set()
         self.job_timings = JobTimings()
-        # per target: (its series count, the metrics asked for, the series ids of those metrics)
-        self._open_sids: dict[str, tuple[int, frozenset[str], list[int]]] = {}
 
     async def start(self) -> None:
         """Register every target and resume its state (one bad target does not stop the others)."""
@@ -304,9 +302,16 @@ class Runtime:
         bounds = sorted({start_unix, end_unix, *(c for c in cuts if start_unix < c < end_unix)})
         if not cuts:
             bounds = [*range(start_unix, end_unix, 86400), end_unix]
+        # a piece that ends before the oldest stored cell has no events: not read (a period from
+        # 1970 is 20,000 days, each two queries)
+        first = self.first_stored_unix()
+        empty = 0
         pieces: list[list[Events]] = []
         objectives: list[Objective] = []
         for lo, hi in itertools.pairwise(bounds):
+            if first is None or hi <= first:
+                empty += 1
+                continue
             rows = self.store.read_rows(lo, hi, metrics=self.slo_metrics)
             requests = read_requests(self.store, lo, hi)
             events = period_events(self.rules, rows, requests, lo, hi, self.business_type_of, self.cost_of)
@@ -314,10 +319,16 @@ class Runtime:
             pieces.append([e for _, e in events])
         if not objectives:
             objectives = [o for bt in self.rules.business_types for o in bt.objectives]
+        pieces = [[Events(0.0, 0.0) for _ in objectives] for _ in range(empty)] + pieces
         totals = [Events(0.0, 0.0) for _ in objectives]
         for piece in pieces:
             totals = [t.plus(e) for t, e in zip(totals, piece, strict=True)]
         return list(zip(objectives, totals, strict=True)), pieces
+
+    def first_stored_unix(self) -> int | None:
+        """The start of the oldest stored cell, engine or request (None: nothing stored)."""
+        firsts = [t for t in (self.store.first_unix(), first_request_unix(self.store)) if t is not None]
+        return min(firsts, default=None)
 
     def memory_readings(self, now_unix: float) -> list[MemoryReading]:
         """Per deployment of the inventory, from each target's last scrape (if recent): the
@@ -475,18 +486,13 @@ class Runtime:
             return None
         out: list[Row] = []
         for name, scraper in list(self.scrapers.items()):
-            idents, units = scraper.idents, scraper.units
-            wanted = self._open_sids.get(name)
-            if wanted is None or wanted[0] != len(idents) or wanted[1] != metrics:  # new series: choose again
-                sids = [sid for sid, ident in list(idents.items()) if ident.key.metric in metrics]
-                wanted = self._open_sids[name] = (len(idents), metrics, sids)
+            units, chosen = scraper.units, scraper.series_of(metrics)
             for minute, by_sid in scraper.open_minute.kept(start):
                 if minute >= end:
                     continue
-                for sid in wanted[2]:
+                for sid, ident in chosen:
                     cell = by_sid.get(sid)
                     if cell is not None:
-                        ident = idents[sid]
                         out.append(Row(minute, MINUTE_SECONDS, SeriesCell(name, ident, units.get(ident.key, ""), cell)))
         return out
 

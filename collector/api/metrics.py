@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -30,56 +29,9 @@ if TYPE_CHECKING:
 FamilyFactory = Callable[[str, str, str, list[str]], GaugeMetricFamily]
 
 
-class SloSeriesIndex:
-    """Which of a target's series the SLO event counters read, and their business type.
-
-    A target has ~300 series and the counters read a handful (the latency histograms the rules
-    judge, `request_success`): each target's choice is kept while its series are the same ones
-    (their count unchanged) and redone at least every `REFRESH_SECONDS`, so a /metrics render at a
-    thousand targets looks up ten thousand series instead of placing three hundred thousand."""
-
-    REFRESH_SECONDS = 60.0
-
-    def __init__(self) -> None:
-        self._kept: dict[str, tuple[int, float, list[tuple[SeriesIdent, str]]]] = {}
-        self._lock = threading.Lock()
-
-    def by_business_type(
-        self, runtime: Runtime, metrics: frozenset[str], now: float
-    ) -> dict[tuple[str, str], list[tuple[SeriesIdent, Cumulative]]]:
-        """(business type, metric) -> the scrapers' cumulative state of those series."""
-        out: dict[tuple[str, str], list[tuple[SeriesIdent, Cumulative]]] = {}
-        with self._lock:
-            kept, fresh = self._kept, {}
-            for name, scraper in list(runtime.scrapers.items()):
-                state = scraper.tracker.state
-                have = kept.get(name)
-                if have is None or have[0] != len(state) or now - have[1] >= self.REFRESH_SECONDS:
-                    places: dict[str, str | None] = {}
-                    chosen = []
-                    for ident in list(state):
-                        if ident.key.metric not in metrics:
-                            continue
-                        model = ident.key.model
-                        if model not in places:
-                            places[model] = runtime.business_type_of(name, model)
-                        btype = places[model]
-                        if btype is not None:
-                            chosen.append((ident, btype))
-                    have = (len(state), now, chosen)
-                fresh[name] = have
-                for ident, btype in have[2]:
-                    cum = state.get(ident)
-                    if cum is not None:
-                        out.setdefault((btype, ident.key.metric), []).append((ident, cum))
-            self._kept = fresh
-        return out
-
-
 class LlmsloCollector(Collector):
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.slo_series = SloSeriesIndex()
 
     def collect(self) -> Iterator[Metric]:
         yield from self._self_metrics()
@@ -224,8 +176,16 @@ class LlmsloCollector(Collector):
             "1 while a burn-rate alert instance fires.",
             labels=[*base, conv.LABEL_SEVERITY, conv.LABEL_LONG_WINDOW, conv.LABEL_SHORT_WINDOW],
         )
+        # only the series the rules judge (a handful of each target's ~300), by business type and metric
         read = frozenset(o.metric for o in rt.rules.objectives if o.sli == "latency" and o.metric) | {"request_success"}
-        states = self.slo_series.by_business_type(rt, read, time.monotonic())
+        states: dict[tuple[str, str], list[tuple[SeriesIdent, Cumulative]]] = {}
+        for name, scraper in list(rt.scrapers.items()):
+            state = scraper.tracker.state
+            for _, ident in scraper.series_of(read):
+                cum = state.get(ident)
+                btype = rt.business_type_of(name, ident.key.model) if cum is not None else None
+                if btype is not None and cum is not None:
+                    states.setdefault((btype, ident.key.metric), []).append((ident, cum))
         threshold = GaugeMetricFamily(
             conv.SLO_THRESHOLD_SECONDS,
             "A latency SLO's threshold: a request slower than this is a bad event (dashboards draw it).",

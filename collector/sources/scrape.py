@@ -94,9 +94,22 @@ class TargetScraper:
         self.tracker = DeltaTracker()
         self.series_ids: dict[SeriesIdent, int] = {}
         self.idents: dict[int, SeriesIdent] = {}  # the reverse of series_ids
+        # series_of's choices by the metrics asked for, dropped whenever `idents` gains a series
+        self._chosen: dict[frozenset[str], list[tuple[int, SeriesIdent]]] = {}
         self.units: dict[SeriesKey, str] = {}  # of the last committed scrape
         self.target_id: int | None = None
         self.recent: deque[RecentScrape] = deque()  # newest last, back to settings.sliding_horizon
+
+    def series_of(self, metrics: frozenset[str]) -> list[tuple[int, SeriesIdent]]:
+        """(series id, series) of every series of `metrics` this target has stored, chosen once
+        per set of metrics and again when the target gains a series: readers that want a handful
+        of its ~300 series (the SLO event counters, the drift pass) look those up directly."""
+        chosen = self._chosen.get(metrics)
+        if chosen is None:
+            chosen = self._chosen[metrics] = [
+                (sid, i) for sid, i in list(self.idents.items()) if i.key.metric in metrics
+            ]
+        return chosen
 
     @property
     def interval(self) -> float:
@@ -114,6 +127,7 @@ class TargetScraper:
         target_id = self.store.ensure_target(self.target.name, self.target.url)
         self.tracker, self.series_ids = self.store.load_tracker(target_id)
         self.idents = {sid: ident for ident, sid in self.series_ids.items()}
+        self._chosen = {}
         self.target_id = target_id
 
     async def run_scheduled(self, clock: Callable[[], float] = time.time) -> None:
@@ -276,6 +290,8 @@ class TargetScraper:
         deltas = item.deltas
         for ident, sid in item.new_ids.items():
             self.idents[sid] = ident
+        if item.new_ids:
+            self._chosen = {}
         self.units = item.units
         self.tracker.commit(deltas, now)
         self._remember(RecentScrape(now, deltas.cells, item.units))

@@ -432,13 +432,7 @@ class OpenMinute:
 
     def stored(self, from_minute: int) -> list[tuple[int, list[tuple[int, Cell]]]]:
         """(minute, cells by series id) of the kept minutes from `from_minute` on, as stored."""
-        out = []
-        previous, minute, cells = self.previous, self.minute, self.cells
-        if previous is not None and previous[0] >= from_minute:
-            out.append((previous[0], list(previous[1].items())))
-        if minute is not None and minute >= from_minute:
-            out.append((minute, list(cells.items())))
-        return out
+        return [(minute, list(cells.items())) for minute, cells in self.kept(from_minute)]
 
     def kept(self, from_minute: int) -> list[tuple[int, dict[int, Cell]]]:
         """Like `stored`, without copying: the kept dicts themselves, to be read, never changed

@@ -3,6 +3,7 @@ prometheus_client's own parser reads back, value for value, with the rest of /me
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from prometheus_client import generate_latest
@@ -92,9 +93,7 @@ def test_slo_event_counters_follow_every_target_and_series(tmp_path: Path) -> No
     series and a target placed in another business type."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from collector.rollup import DeltaTracker
     from collector.slo.evaluate import cumulative_events
-    from collector.sources.vllm import read_scrape
 
     body = (Path(__file__).parents[2] / "collector" / "data" / "vllm-0.13-sample.txt").read_text()
     targets = [
@@ -107,9 +106,10 @@ def test_slo_event_counters_follow_every_target_and_series(tmp_path: Path) -> No
     assert rt.rules is not None
     registry = build_registry(rt)
 
+    asyncio.run(rt.start())
+
     def scrape(name: str, text: str, unix: float) -> None:
-        tracker: DeltaTracker = rt.scrapers[name].tracker
-        tracker.commit(tracker.observe(read_scrape(text), unix), unix)
+        assert rt.scrapers[name].ingest(text.encode(), None, unix)
 
     def rendered() -> dict[tuple[str, str], float]:
         text = generate_latest(registry).decode()
