@@ -504,7 +504,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         try:
             if fixed is not None:
                 # from the first stored data at most, and at most MAX_REPORT_DAYS (a report walks its days)
-                first = await asyncio.to_thread(rt.store.first_unix)
+                first = await asyncio.to_thread(rt.first_stored_unix)
                 hi = max(fixed[1], fixed[0] + 60)  # an empty period: one minute
                 lo = max(fixed[0], min(first if first is not None else hi - 60, hi - 60), hi - MAX_REPORT_DAYS * 86400)
                 chosen = between(lo, hi, tz)

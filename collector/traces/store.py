@@ -6,7 +6,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
-from sqlalchemy import Connection, delete, select, tuple_
+from sqlalchemy import Connection, delete, func, select, tuple_
 from sqlalchemy.exc import OperationalError
 
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS
@@ -161,6 +161,13 @@ def _ingest(
         )
     upsert(conn, request_rollups, rows, [*RequestKey._fields, "period_seconds"], ["data"])
     return len(fresh_keys), cells
+
+
+def first_request_unix(store: Store) -> int | None:
+    """The start of the oldest stored request cell (None: nothing stored)."""
+    with store.engine.connect() as conn:
+        value = conn.execute(select(func.min(request_rollups.c.start_unix))).scalar()
+    return None if value is None else int(value)
 
 
 def read_requests(
