@@ -9,6 +9,7 @@ so any window is a merge of minute (or, after compaction, hour) cells.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
@@ -86,8 +87,10 @@ class Cell:
         if other.buckets is not None:
             if self.buckets is None:
                 self.buckets = list(other.buckets)
-            else:
-                self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
+            elif len(self.buckets) != len(other.buckets):
+                raise ValueError(f"cannot merge {len(other.buckets)} buckets into {len(self.buckets)}")
+            else:  # the hottest loop of a derive pass: map, not a comprehension
+                self.buckets = list(map(operator.add, self.buckets, other.buckets))
         if other.n:
             self.gmin = other.gmin if not self.n else min(self.gmin, other.gmin)
             self.gmax = other.gmax if not self.n else max(self.gmax, other.gmax)
@@ -95,7 +98,8 @@ class Cell:
                 self.glast = other.glast
         self.n += other.n
         self.observed_seconds += other.observed_seconds
-        self.last_unix = max(self.last_unix, other.last_unix)
+        if other.last_unix > self.last_unix:
+            self.last_unix = other.last_unix
 
     def copy(self) -> Cell:
         return Cell(

@@ -170,6 +170,9 @@ def _latency(cells: list[SeriesCell], metric: str) -> LatencyStats | None:
         return None
     merged: dict[tuple[float, ...], Cell] = {}
     for bounds, group in layouts.items():
+        if len(group) == 1:  # one series (a target's own group): read as it is, never changed
+            merged[bounds] = group[0]
+            continue
         acc = group[0].copy()
         for c in group[1:]:
             acc.merge(c)

@@ -19,8 +19,7 @@ from collector import __version__
 from collector import conventions as conv
 from collector.analytics.serving import GaugeStats, ServingStats
 from collector.config import format_duration
-from collector.rollup import Cumulative, SeriesIdent
-from collector.slo.evaluate import burn, cumulative_events
+from collector.slo.evaluate import burn
 
 if TYPE_CHECKING:
     from collector.runtime import Runtime
@@ -169,23 +168,17 @@ class LlmsloCollector(Collector):
         remaining = GaugeMetricFamily(
             conv.SLO_BUDGET_REMAINING, "Error budget left in the SLO period (1 = all).", labels=base
         )
-        good = CounterMetricFamily(conv.SLO_GOOD_EVENTS, "Good events since each server started.", labels=base)
-        total = CounterMetricFamily(conv.SLO_EVENTS, "Events since each server started.", labels=base)
+        good = CounterMetricFamily(
+            conv.SLO_GOOD_EVENTS, "Good events llmslo counted from the engines since it started.", labels=base
+        )
+        total = CounterMetricFamily(
+            conv.SLO_EVENTS, "Events llmslo counted from the engines since it started.", labels=base
+        )
         firing = GaugeMetricFamily(
             conv.SLO_ALERT_FIRING,
             "1 while a burn-rate alert instance fires.",
             labels=[*base, conv.LABEL_SEVERITY, conv.LABEL_LONG_WINDOW, conv.LABEL_SHORT_WINDOW],
         )
-        # only the series the rules judge (a handful of each target's ~300), by business type and metric
-        read = frozenset(o.metric for o in rt.rules.objectives if o.sli == "latency" and o.metric) | {"request_success"}
-        states: dict[tuple[str, str], list[tuple[SeriesIdent, Cumulative]]] = {}
-        for name, scraper in list(rt.scrapers.items()):
-            state = scraper.tracker.state
-            for _, ident in scraper.series_of(read):
-                cum = state.get(ident)
-                btype = rt.business_type_of(name, ident.key.model) if cum is not None else None
-                if btype is not None and cum is not None:
-                    states.setdefault((btype, ident.key.metric), []).append((ident, cum))
         threshold = GaugeMetricFamily(
             conv.SLO_THRESHOLD_SECONDS,
             "A latency SLO's threshold: a request slower than this is a bad event (dashboards draw it).",
@@ -196,11 +189,11 @@ class LlmsloCollector(Collector):
             objective.add_metric(labels, o.objective)
             if o.sli == "latency" and o.metric is not None and o.threshold_seconds is not None:
                 threshold.add_metric([*labels, o.metric], o.threshold_seconds)
-            metric = "request_success" if o.sli == "error_ratio" else (o.metric or "")
-            counted = cumulative_events(o, states.get((o.business_type, metric), []))
-            if counted is not None:
-                good.add_metric(labels, counted.good)
-                total.add_metric(labels, counted.total)
+        if rt.ledger is not None:
+            # monotonic whichever replica restarts: rate() over them is the fleet's event rate
+            for o, counted in rt.ledger.events_since_start():
+                good.add_metric([o.slo, o.business_type], counted.good)
+                total.add_metric([o.slo, o.business_type], counted.total)
         for st in rt.slo_statuses:
             labels = [st.objective.slo, st.objective.business_type]
             for seconds, w in sorted(st.windows.items()):

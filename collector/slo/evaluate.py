@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from collector.analytics.percentiles import fraction_at_or_below
 from collector.cost.slo import CostOf, judge, slice_inputs
-from collector.rollup import MINUTE_SECONDS, Cumulative, Row, SeriesIdent, add_counts, period_start
+from collector.rollup import MINUTE_SECONDS, Row, add_counts, period_start
 from collector.slo.spec import BusinessType, Objective, SloRules
 from collector.slo.windows import BurnPair
 from collector.sources.vllm import Kind
@@ -345,33 +345,6 @@ def _throughput_events(o: Objective, rows: list[Row], start: int, end: int) -> E
         if tokens[slot] / size >= o.min_tokens_per_second:
             good += 1
     return Events(good, total)
-
-
-def cumulative_events(o: Objective, states: Iterable[tuple[SeriesIdent, Cumulative]]) -> Events | None:
-    """Good and total events since each vLLM process started, from the scrapers' cumulative
-    state: the `llmslo_slo_*events_total` counters, which Prometheus can rate() for any window.
-    They drop when a server restarts, as any counter does."""
-    if o.sli == "latency" and o.source == "engine" and o.metric and o.threshold_seconds is not None:
-        events = NO_EVENTS
-        found = False
-        for ident, cum in states:
-            if ident.key.metric == o.metric and ident.kind is Kind.HISTOGRAM and cum.buckets:
-                found = True
-                share = fraction_at_or_below(o.threshold_seconds, ident.bounds, cum.buckets)
-                if share is not None:
-                    events = events.plus(Events(share[0] * cum.buckets[-1], cum.buckets[-1], share[1]))
-        return events if found else None
-    if o.sli == "error_ratio":
-        good = total = 0.0
-        found = False
-        for ident, cum in states:
-            if ident.key.metric == "request_success" and ident.kind is Kind.COUNTER:
-                found = True
-                total += cum.value
-                if dict(ident.key.labels).get("finished_reason") not in ERROR_REASONS:
-                    good += cum.value
-        return Events(good, total) if found else None
-    return None
 
 
 def period_events(

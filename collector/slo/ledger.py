@@ -130,6 +130,11 @@ class Counts:
         return Events(good, total, not self.inexact)
 
 
+def counts_live(o: Objective) -> bool:
+    """An objective whose events the engine's histograms or counters give: exported as counters."""
+    return o.sli == "error_ratio" or (o.sli == "latency" and o.source == "engine" and o.threshold_seconds is not None)
+
+
 class SloLedger:
     def __init__(
         self,
@@ -171,6 +176,11 @@ class SloLedger:
         self.cache: dict[str, Counts] = {
             bt.name: Counts(retention, hour_slots, self.slot) for bt in rules.business_types
         }
+        # engine latency and error events of the live commits since this process started: the
+        # llmslo_slo_*events_total counters. A sum of each server's own cumulative counts would drop
+        # whenever one replica restarts, and rate() would read that as a reset of the whole fleet
+        # (counting every event of the other replicas' lifetimes again); these only ever grow.
+        self.since_start: dict[str, list[float]] = {o.slo: [0.0, 0.0] for o in self.objectives if counts_live(o)}
         self.live_since: float | None = None  # set when live commits start counting
         self.ready = False  # backfilled from the store
 
@@ -179,9 +189,14 @@ class SloLedger:
     def add_engine(self, target: str, deltas: ScrapeDeltas) -> None:
         """A committed scrape's deltas (TargetScraper's commit hook)."""
         fine = self.slot < MINUTE_SECONDS and deltas.unix
-        self.add_cells(target, int(deltas.unix) if fine else deltas.minute, MINUTE_SECONDS, deltas.cells.items())
+        start = int(deltas.unix) if fine else deltas.minute
+        self.add_cells(target, start, MINUTE_SECONDS, deltas.cells.items(), live=True)
 
-    def add_cells(self, target: str, start: int, period: int, cells: Iterable[tuple[SeriesIdent, Cell]]) -> None:
+    def add_cells(
+        self, target: str, start: int, period: int, cells: Iterable[tuple[SeriesIdent, Cell]], live: bool = False
+    ) -> None:
+        """Cells of one target and period: from a live commit (`live`, also counted since start)
+        or from the backfill."""
         places: dict[str, str | None] = {}
         with self.lock:
             for ident, cell in cells:
@@ -204,26 +219,33 @@ class SloLedger:
                     hit = metric == "prefix_cache_hits"
                     self.cache[bt].add(start, period, cell.value if hit else 0.0, 0.0 if hit else cell.value)
                 for o in self.engine_objectives.get(bt, ()):
-                    self._add_engine_cell(o, ident, cell, start, period)
+                    self._add_engine_cell(o, ident, cell, start, period, live)
 
-    def _add_engine_cell(self, o: Objective, ident: SeriesIdent, cell: Cell, start: int, period: int) -> None:
+    def _add_engine_cell(
+        self, o: Objective, ident: SeriesIdent, cell: Cell, start: int, period: int, live: bool
+    ) -> None:
         metric = ident.key.metric
-        if o.sli == "latency":
-            if metric != o.metric or ident.kind is not Kind.HISTOGRAM or not cell.buckets:
-                return
-            assert o.threshold_seconds is not None
-            share = fraction_at_or_below(o.threshold_seconds, ident.bounds, cell.buckets)
-            if share is None:
-                return
-            counts = self.counts[o.slo]
-            counts.add(start, period, share[0] * cell.buckets[-1], cell.buckets[-1])
-            if not share[1] and cell.buckets[-1] > 0:
-                counts.inexact = True
-        elif o.sli == "error_ratio":
-            if metric != "request_success" or ident.kind is not Kind.COUNTER:
-                return
-            bad = dict(ident.key.labels).get("finished_reason") in ERROR_REASONS
-            self.counts[o.slo].add(start, period, 0.0 if bad else cell.value, cell.value)
+        if o.sli in ("latency", "error_ratio"):
+            if o.sli == "latency":
+                if metric != o.metric or ident.kind is not Kind.HISTOGRAM or not cell.buckets:
+                    return
+                assert o.threshold_seconds is not None
+                share = fraction_at_or_below(o.threshold_seconds, ident.bounds, cell.buckets)
+                if share is None:
+                    return
+                good, total = share[0] * cell.buckets[-1], cell.buckets[-1]
+                if not share[1] and total > 0:
+                    self.counts[o.slo].inexact = True
+            else:
+                if metric != "request_success" or ident.kind is not Kind.COUNTER:
+                    return
+                bad = dict(ident.key.labels).get("finished_reason") in ERROR_REASONS
+                good, total = 0.0 if bad else cell.value, cell.value
+            self.counts[o.slo].add(start, period, good, total)
+            counted = self.since_start.get(o.slo) if live else None
+            if counted is not None:
+                counted[0] += good
+                counted[1] += total
         elif o.sli == "throughput" and ident.kind is Kind.COUNTER:
             if metric not in ("generation_tokens", "request_success"):
                 return
@@ -310,6 +332,16 @@ class SloLedger:
         self.ready = True
 
     # --- evaluation ------------------------------------------------------------------------------
+
+    def events_since_start(self) -> list[tuple[Objective, Events]]:
+        """Good and total engine events of every latency (engine source) and error objective,
+        counted from the live commits since this process started (monotonic)."""
+        with self.lock:
+            return [
+                (o, Events(self.since_start[o.slo][0], self.since_start[o.slo][1], not self.counts[o.slo].inexact))
+                for o in self.objectives
+                if o.slo in self.since_start
+            ]
 
     def covers(self, now_unix: float) -> bool:
         """Whether `now` is within what the ledger has seen live (else the caller re-reads)."""

@@ -108,6 +108,9 @@ class Store:
         with self.engine.begin() as conn:
             for table in RETIRED_TABLES:
                 conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        # series id -> identity, kept across reads: a series row is never changed or deleted, and
+        # decoding its labels and bounds was most of a one-minute read at a thousand targets
+        self._idents: dict[int, SeriesIdent] = {}
 
     def close(self) -> None:
         self.engine.dispose()
@@ -319,7 +322,7 @@ class Store:
             )
             .where(*cond)
         )
-        idents: dict[int, SeriesIdent] = {}
+        idents = self._idents
         out: list[Row] = []
         with self.engine.connect() as conn:
             for row in conn.execute(query):

@@ -87,15 +87,21 @@ def test_metrics_render_while_incident_and_slo_alerts_are_active(tmp_path: Path)
     assert [s.labels["slo"] for s in firing] == ["chat-errors"]
 
 
-def test_slo_event_counters_follow_every_target_and_series(tmp_path: Path) -> None:
-    """`llmslo_slo_events_total` / `_good_events_total` read only the series the rules judge,
-    kept per target: they equal a full scan of every target's state, follow new counts, a new
-    series and a target placed in another business type."""
+def test_slo_event_counters_grow_by_what_the_servers_counted_and_never_drop_on_a_restart(tmp_path: Path) -> None:
+    """`llmslo_slo_events_total` / `_good_events_total` count the engine events llmslo has seen
+    since it started: between two renders they grow by exactly what the servers' own cumulative
+    counts grew by, per business type (a model no rule lists counts nowhere), and a replica's
+    restart never makes them drop. (A sum of the servers' own counters would drop, and rate()
+    would read the drop as a reset of the whole fleet: every event of the other replicas' lives
+    counted again in one window.)"""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from collector.slo.evaluate import cumulative_events
+    from collector.analytics.percentiles import fraction_at_or_below
+    from collector.slo.evaluate import ERROR_REASONS
+    from collector.sources.vllm import Kind
 
     body = (Path(__file__).parents[2] / "collector" / "data" / "vllm-0.13-sample.txt").read_text()
+    created = 1.7682643398898673e9  # the sample's _created timestamps
     targets = [
         {"name": "chat-0", "url": "http://127.0.0.1:9/metrics", "business_type": "chat"},
         {"name": "chat-1", "url": "http://127.0.0.1:9/metrics", "business_type": "chat"},
@@ -105,8 +111,20 @@ def test_slo_event_counters_follow_every_target_and_series(tmp_path: Path) -> No
     rt = Runtime(Settings.model_validate({"data_dir": str(tmp_path), "rules": "rules", "targets": targets}))
     assert rt.rules is not None
     registry = build_registry(rt)
-
     asyncio.run(rt.start())
+
+    def scaled(factor: float, started: float | None = None) -> str:
+        """The sample with its request and latency counts times `factor` (a restart: fewer, and
+        _created at `started`)."""
+        out = []
+        for line in body.splitlines():
+            name, _, value = line.rpartition(" ")
+            if line.startswith(("vllm:request_success_total", "vllm:time_to_first_token_seconds_")):
+                line = f"{name} {float(value) * factor}"
+            elif started is not None and "_created{" in line and not line.startswith("#"):
+                line = f"{name} {started}"
+            out.append(line)
+        return "\n".join(out) + "\n"
 
     def scrape(name: str, text: str, unix: float) -> None:
         assert rt.scrapers[name].ingest(text.encode(), None, unix)
@@ -120,35 +138,57 @@ def test_slo_event_counters_follow_every_target_and_series(tmp_path: Path) -> No
             if s.name in ("llmslo_slo_events_total", "llmslo_slo_good_events_total")
         }
 
-    def full_scan() -> dict[tuple[str, str], float]:
+    def counted_by_servers(names: tuple[str, ...]) -> dict[tuple[str, str], float]:
+        """The same events from the servers' own cumulative counts (the oracle)."""
         assert rt.rules is not None
-        out = {}
+        out: dict[tuple[str, str], float] = {}
         for o in rt.rules.objectives:
-            states = [
-                (ident, cum)
-                for name, scraper in rt.scrapers.items()
-                for ident, cum in scraper.tracker.state.items()
-                if rt.business_type_of(name, ident.key.model) == o.business_type
-            ]
-            counted = cumulative_events(o, states)
-            if counted is not None:
-                out[("llmslo_slo_good_events_total", o.slo)] = counted.good
-                out[("llmslo_slo_events_total", o.slo)] = counted.total
+            if o.sli not in ("latency", "error_ratio") or (o.sli == "latency" and o.source != "engine"):
+                continue
+            good = total = 0.0
+            for name in names:
+                for ident, cum in rt.scrapers[name].tracker.state.items():
+                    if rt.business_type_of(name, ident.key.model) != o.business_type:
+                        continue
+                    if o.sli == "latency" and ident.key.metric == o.metric and ident.kind is Kind.HISTOGRAM:
+                        assert o.threshold_seconds is not None and cum.buckets
+                        share = fraction_at_or_below(o.threshold_seconds, ident.bounds, cum.buckets)
+                        good += share[0] * cum.buckets[-1] if share else 0.0
+                        total += cum.buckets[-1]
+                    elif o.sli == "error_ratio" and ident.key.metric == "request_success":
+                        total += cum.value
+                        reason = dict(ident.key.labels).get("finished_reason")
+                        good += 0.0 if reason in ERROR_REASONS else cum.value
+            out[("llmslo_slo_good_events_total", o.slo)] = good
+            out[("llmslo_slo_events_total", o.slo)] = total
         return out
 
-    for name in ("chat-0", "code-0", "nowhere"):
-        scrape(name, body, 1000.0)
-    first = rendered()
-    assert first == full_scan() and first[("llmslo_slo_events_total", "chat-errors")] > 0
-    # more requests on chat-0 (same series, new counts), and chat-1's first scrape
-    grown = "\n".join(
-        line.rsplit(" ", 1)[0] + " " + str(float(line.rsplit(" ", 1)[1]) * 2)
-        if line.startswith(("vllm:request_success_total", "vllm:time_to_first_token_seconds_"))
-        else line
-        for line in body.splitlines()
-    )
-    scrape("chat-0", grown + "\n", 1015.0)
-    scrape("chat-1", body, 1015.0)
+    def grew(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+        return {k: round(after.get(k, 0.0) - before.get(k, 0.0), 6) for k in after}
+
+    t = created + 3600
+    for name in ("chat-0", "chat-1", "code-0", "nowhere"):
+        scrape(name, body, t)
+    first, servers_first = rendered(), counted_by_servers(("chat-0", "chat-1", "code-0", "nowhere"))
+    assert set(first) == set(servers_first)  # every engine objective, from the first render on
+    # more requests on chat-0 and code-0 (same series, new counts)
+    for name in ("chat-0", "code-0"):
+        scrape(name, scaled(2.0), t + 15)
     second = rendered()
-    assert second == full_scan() != first
+    servers_second = counted_by_servers(("chat-0", "chat-1", "code-0", "nowhere"))
+    assert grew(first, second) == grew(servers_first, servers_second)
     assert second[("llmslo_slo_events_total", "chat-errors")] > first[("llmslo_slo_events_total", "chat-errors")]
+    assert second[("llmslo_slo_events_total", "code-completion-errors")] > first[
+        ("llmslo_slo_events_total", "code-completion-errors")
+    ]
+    # chat-1 restarts: its own counts fall to a quarter (a sum of the servers' counts drops), and
+    # llmslo's counters grow by what the new process counted since it started
+    scrape("chat-1", scaled(0.25, started=t + 20), t + 30)
+    third = rendered()
+    assert sum(counted_by_servers(("chat-0", "chat-1", "code-0"))[k] for k in third) < sum(
+        servers_second[k] for k in third
+    )
+    assert all(third[k] >= second[k] for k in third)
+    restarted = counted_by_servers(("chat-1",))
+    assert grew(second, third) == {k: round(v, 6) for k, v in restarted.items()}
+    assert restarted[("llmslo_slo_events_total", "chat-errors")] > 0
