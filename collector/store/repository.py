@@ -202,11 +202,12 @@ class Store:
                     item.merged = {ids[ident]: read_back[ids[ident]] for ident in item.deltas.cells}
             upsert(conn, rollups, rows, ROLLUP_KEYS, ROLLUP_VALUES)
             upsert(conn, series_state, state_rows, ["series_id"], ["value", "sum", "buckets"])
-            for item in batch:
-                values: dict[str, float] = {"baseline_unix": item.now_unix}
-                if item.deltas.process_start_unix is not None:
-                    values["process_start_unix"] = item.deltas.process_start_unix
-                conn.execute(update(targets).where(targets.c.id == item.target_id).values(**values))
+            # each target's new baseline (and process start, when the scrape gave one) in one
+            # executemany: built per target through SQLAlchemy it cost more than the upserts
+            conn.exec_driver_sql(
+                _baseline_sql(conn.dialect.paramstyle),
+                [(item.now_unix, item.deltas.process_start_unix, item.target_id) for item in batch],
+            )
         for item in batch:
             item.adopt()
 
@@ -509,6 +510,15 @@ def upsert(conn: Connection, table: Any, rows: list[dict[str, Any]], keys: list[
         conn.dialect.name, conn.dialect.paramstyle, table.name, tuple(columns), tuple(keys), tuple(update_cols)
     )
     conn.exec_driver_sql(sql, [tuple(r[c] for c in columns) for r in rows])
+
+
+@functools.cache
+def _baseline_sql(paramstyle: str) -> str:
+    mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}[paramstyle]
+    return (
+        f"UPDATE {targets.name} SET baseline_unix = {mark}, "
+        f"process_start_unix = COALESCE({mark}, process_start_unix) WHERE id = {mark}"
+    )
 
 
 @functools.cache
