@@ -21,7 +21,7 @@ import httpx
 from collector import conventions as conv
 from collector.analytics.running import RunningWindows
 from collector.analytics.running import add as add_cells
-from collector.analytics.serving import ServingReport, build_report
+from collector.analytics.serving import LazyGroups, ServingReport, build_report
 from collector.config import Settings, TargetConfig
 from collector.cost.allocation import (
     COST_METRICS,
@@ -396,8 +396,10 @@ class Runtime:
         target: str | None = None,
         model: str | None = None,
         business_type: str | None = None,
+        lazy_groups: bool = False,
     ) -> ServingReport:
-        """Derived serving metrics over one window (blocking: may read the database).
+        """Derived serving metrics over one window (blocking: may read the database); with
+        `lazy_groups`, the (target, model) groups are derived when first read.
 
         Windows up to `sliding_horizon` slide over the scrapes of the last `window_seconds`
         (in memory). Longer configured windows are the running sums of their closed minutes
@@ -405,7 +407,7 @@ class Runtime:
         if window_seconds <= self.settings.sliding_horizon:
             cells = self.sliding_cells(now_unix, window_seconds, target, model)
             start, end = int(now_unix - window_seconds), int(now_unix)
-            return build_report(cells, window_seconds, start, end, self.business_type_of, business_type)
+            return build_report(cells, window_seconds, start, end, self.business_type_of, business_type, lazy_groups)
         start, end = window_bounds(now_unix, window_seconds)
         closed = self.running.closed(window_seconds, now_unix)
         if closed is None:
@@ -421,7 +423,7 @@ class Runtime:
             merged = {(sc.target, sc.ident): sc for sc in cells}  # copies already: merge into them
             add_cells(merged, self.open_cells(closed_end, target, model))
             cells = list(merged.values())
-        return build_report(cells, window_seconds, start, end, self.business_type_of, business_type)
+        return build_report(cells, window_seconds, start, end, self.business_type_of, business_type, lazy_groups)
 
     def report_between(
         self,
@@ -512,7 +514,14 @@ class Runtime:
     def refresh_snapshot(self, now_unix: float) -> Snapshot:
         self.advance_cost_meter(now_unix)
         self.running.advance(now_unix)
-        reports = {w: self.report(w, now_unix) for w in self.settings.windows}
+        reports = {w: self.report(w, now_unix, lazy_groups=True) for w in self.settings.windows}
+        # /metrics shows the per-(target, model) figures of a fleet up to metrics_target_limit
+        # pairs: derived here, so that a scrape of llmslo does not wait for them; a larger fleet's
+        # are derived for the first reader of the fleet view (/api/v1/serving), if any
+        if max((len(r.groups) for r in reports.values()), default=0) <= self.settings.server.metrics_target_limit:
+            for r in reports.values():
+                if isinstance(r.groups, LazyGroups):
+                    r.groups.resolve()
         self.snapshot = Snapshot(now_unix, reports)
         self.request_snapshot = self._request_summaries(now_unix)
         return self.snapshot

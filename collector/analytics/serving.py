@@ -7,9 +7,11 @@ of sums (never means of ratios), and histograms are merged only within one bucke
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 from collector.analytics.percentiles import QuantileEstimate, histogram_quantile
 from collector.conventions import QUANTILES
@@ -234,6 +236,55 @@ class BusinessStats:
     stats: ServingStats
 
 
+class LazyGroups(Sequence[GroupStats]):
+    """The (target, model) groups of a report, derived when first read.
+
+    At a thousand targets the per-target figures are most of a derive pass, and on most passes
+    nothing reads them (`/metrics` leaves them out of a fleet that large, and the fleet view of
+    `/api/v1/serving` is asked for now and then): like a Prometheus query, the work is done for
+    the reader who asks, once per pass. Their count is known without deriving them."""
+
+    def __init__(self, members: list[tuple[str, str, str, list[SeriesCell]]], window_seconds: float) -> None:
+        self._members = members  # (target, model, business type, cells), sorted
+        self._window_seconds = window_seconds
+        self._groups: tuple[GroupStats, ...] | None = None
+        self._lock = threading.Lock()
+
+    def resolve(self) -> tuple[GroupStats, ...]:
+        with self._lock:
+            if self._groups is None:
+                self._groups = tuple(
+                    GroupStats(t, m, bt, derive(cells, self._window_seconds)) for t, m, bt, cells in self._members
+                )
+                self._members = []  # the cells are no longer needed
+            return self._groups
+
+    def __len__(self) -> int:
+        groups = self._groups
+        return len(groups) if groups is not None else len(self._members)
+
+    @overload
+    def __getitem__(self, index: int) -> GroupStats: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[GroupStats]: ...
+    def __getitem__(self, index: int | slice) -> GroupStats | Sequence[GroupStats]:
+        return self.resolve()[index]
+
+    def __iter__(self) -> Iterator[GroupStats]:
+        return iter(self.resolve())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.resolve())
+
+    def __repr__(self) -> str:
+        return f"LazyGroups({len(self)} groups, {'derived' if self._groups is not None else 'not derived yet'})"
+
+
 @dataclass(frozen=True, slots=True)
 class ServingReport:
     """Serving metrics per (target, model) and per business type over [start_unix, end_unix)."""
@@ -241,7 +292,7 @@ class ServingReport:
     window_seconds: float
     start_unix: int
     end_unix: int
-    groups: tuple[GroupStats, ...]
+    groups: Sequence[GroupStats]  # a tuple, or LazyGroups from a derive pass
     business_types: tuple[BusinessStats, ...]
 
 
@@ -252,8 +303,10 @@ def build_report(
     end_unix: int,
     business_type_of: Callable[[str, str], str | None],
     business_type: str | None = None,
+    lazy_groups: bool = False,
 ) -> ServingReport:
-    """Group a window's cells by (target, model) and by business type, and derive each group.
+    """Group a window's cells by (target, model) and by business type, and derive each group
+    (with `lazy_groups`, the (target, model) groups when first read: see LazyGroups).
 
     `business_type_of(target, model)` maps an engine series to its business type (from the
     configuration); series with no mapping are reported under "unassigned".
@@ -263,13 +316,14 @@ def build_report(
         if is_gpu_metric(sc.ident.key.metric):
             continue  # DCGM GPUs are not serving groups (the cost model and capacity read them)
         by_group[(sc.target, sc.ident.key.model)].append(sc)
-    groups: list[GroupStats] = []
+    placed: list[tuple[str, str, str, list[SeriesCell]]] = []
     by_type: dict[str, list[SeriesCell]] = defaultdict(list)
     for (target, model), members in sorted(by_group.items()):
         btype = business_type_of(target, model) or UNASSIGNED
         if business_type is not None and btype != business_type:
             continue
-        groups.append(GroupStats(target, model, btype, derive(members, window_seconds)))
+        placed.append((target, model, btype, members))
         by_type[btype].extend(members)
     types = tuple(BusinessStats(bt, derive(members, window_seconds)) for bt, members in sorted(by_type.items()))
-    return ServingReport(window_seconds, start_unix, end_unix, tuple(groups), types)
+    groups = LazyGroups(placed, window_seconds)
+    return ServingReport(window_seconds, start_unix, end_unix, groups if lazy_groups else groups.resolve(), types)

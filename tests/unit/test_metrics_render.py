@@ -178,9 +178,10 @@ def test_slo_event_counters_grow_by_what_the_servers_counted_and_never_drop_on_a
     servers_second = counted_by_servers(("chat-0", "chat-1", "code-0", "nowhere"))
     assert grew(first, second) == grew(servers_first, servers_second)
     assert second[("llmslo_slo_events_total", "chat-errors")] > first[("llmslo_slo_events_total", "chat-errors")]
-    assert second[("llmslo_slo_events_total", "code-completion-errors")] > first[
-        ("llmslo_slo_events_total", "code-completion-errors")
-    ]
+    assert (
+        second[("llmslo_slo_events_total", "code-completion-errors")]
+        > first[("llmslo_slo_events_total", "code-completion-errors")]
+    )
     # chat-1 restarts: its own counts fall to a quarter (a sum of the servers' counts drops), and
     # llmslo's counters grow by what the new process counted since it started
     scrape("chat-1", scaled(0.25, started=t + 20), t + 30)

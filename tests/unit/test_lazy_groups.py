@@ -1,0 +1,75 @@
+"""The per-(target, model) groups of a derive pass: derived in the pass while /metrics shows
+them (a fleet within `server.metrics_target_limit` pairs), else for their first reader, with the
+same figures as a report derived at once."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+
+import httpx
+
+from collector.analytics.serving import LazyGroups
+from collector.api.app import create_app
+from collector.config import Settings
+from collector.runtime import Runtime
+from collector.sim.exposition import EngineMetrics, render
+from tests.embedded import free_port, serving
+
+
+def fleet(tmp_path: Path, limit: int) -> tuple[Runtime, float]:
+    """Three chat targets with different traffic, scraped every 15 s for the last two minutes
+    (on the real clock: the fleet view answers from a derive pass only while it is recent)."""
+    t0 = int(time.time()) - 125
+    targets = [{"name": f"chat-{i}", "url": "http://127.0.0.1:9/metrics", "business_type": "chat"} for i in range(3)]
+    port = free_port()
+    settings = Settings.model_validate(
+        {"data_dir": str(tmp_path), "targets": targets, "server": {"port": port, "metrics_target_limit": limit}}
+    )
+    rt = Runtime(settings)
+    asyncio.run(rt.start())
+    rng = random.Random(3)
+    servers = [EngineMetrics(max_model_len=4096, created_unix=t0 - 3600) for _ in targets]
+    now = float(t0)
+    for step in range(8):
+        now = t0 + 15.0 * step
+        for i, m in enumerate(servers):
+            for _ in range(5 + 10 * i):
+                m.prompt_tokens += 300
+                m.generation_tokens += rng.randint(10, 200)
+                m.finished["stop"] = m.finished.get("stop", 0) + 1
+                m.hist["time_to_first_token_seconds"].observe(rng.lognormvariate(-1.5 + i, 0.5))
+            assert rt.scrapers[f"chat-{i}"].ingest(render("current", "m", m).encode(), None, now + i)
+    return rt, now + 5
+
+
+def test_a_large_fleets_groups_wait_for_a_reader_and_equal_those_derived_at_once(tmp_path: Path) -> None:
+    rt, now = fleet(tmp_path, limit=2)  # 3 pairs > 2: /metrics leaves them out
+    snap = rt.refresh_snapshot(now)
+    for seconds, report in snap.reports.items():
+        assert isinstance(report.groups, LazyGroups) and "not derived yet" in repr(report.groups)
+        assert len(report.groups) == 3  # known without deriving them
+        at_once = rt.report(seconds, now)
+        assert report.business_types == at_once.business_types  # the business types: in the pass
+        assert tuple(report.groups) == tuple(at_once.groups) and "derived" in repr(report.groups)
+        ttft = [g.stats.latencies["ttft"].quantiles[-1].value for g in report.groups]
+        assert ttft == sorted(ttft) and ttft[0] < ttft[-1]  # three different targets, not one copied
+    # the fleet view derives them for its reader (over HTTP, as a dashboard asks)
+    snap = rt.refresh_snapshot(now)
+    port = rt.settings.server.port
+    assert "not derived yet" in repr(snap.reports[60.0].groups)
+    with serving(create_app(rt.settings, rt, schedule=False), port):
+        body = httpx.get(f"http://127.0.0.1:{port}/api/v1/serving", params={"window": "1m"}, timeout=30).json()
+    assert sorted(g["target"] for g in body["groups"]) == ["chat-0", "chat-1", "chat-2"]
+    assert "not derived yet" not in repr(snap.reports[60.0].groups)  # the published pass's own groups
+    rt.store.close()
+
+
+def test_a_fleet_that_metrics_shows_has_its_groups_derived_in_the_pass(tmp_path: Path) -> None:
+    rt, now = fleet(tmp_path, limit=100)
+    snap = rt.refresh_snapshot(now)
+    for report in snap.reports.values():
+        assert isinstance(report.groups, LazyGroups) and "not derived yet" not in repr(report.groups)
+    rt.store.close()
