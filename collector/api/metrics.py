@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -34,7 +34,6 @@ class LlmsloCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._self_metrics()
-        yield from self._derived()
         yield from self._slos()
         yield from self._traces()
         yield from self._cost()
@@ -259,6 +258,17 @@ class LlmsloCollector(Collector):
             conflicts.add_metric([target, model], 1.0)
         yield from (unassigned, conflicts)
 
+
+class DerivedCollector(Collector):
+    """The serving series of the last derive pass (per business type, and per (target, model) up
+    to `server.metrics_target_limit` pairs): they change once per pass (see DerivedText)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._derived()
+
     def _derived(self) -> Iterator[Metric]:
         families: dict[str, GaugeMetricFamily] = {}
         # the targets' static labels (configuration `labels:`) go on their per-target series
@@ -472,7 +482,31 @@ _TARGET_VALUE: dict[str, Callable[[Any], float | None]] = {
 }
 
 
-def build_registry(runtime: Runtime) -> CollectorRegistry:
+class DerivedText:
+    """The derived serving series as exposition text, rendered once per derive pass and reused by
+    every /metrics request until the next pass (most of the samples prometheus_client formats)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(DerivedCollector(runtime))
+        self._kept: tuple[object, bytes] | None = None  # (the snapshot it was rendered from, text)
+        self._lock = threading.Lock()
+
+    def render(self) -> bytes:
+        snapshot = self.runtime.snapshot
+        with self._lock:
+            kept = self._kept
+            if kept is None or kept[0] is not snapshot:
+                kept = self._kept = (snapshot, generate_latest(self.registry))
+        return kept[1]
+
+
+def build_registry(runtime: Runtime, derived: bool = True) -> CollectorRegistry:
+    """llmslo's own families; with `derived`, the derived serving series too (the app renders those
+    once per pass through DerivedText instead)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(LlmsloCollector(runtime))
+    if derived:
+        registry.register(DerivedCollector(runtime))
     return registry

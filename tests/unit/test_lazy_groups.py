@@ -1,6 +1,7 @@
-"""The per-(target, model) groups of a derive pass: derived in the pass while /metrics shows
-them (a fleet within `server.metrics_target_limit` pairs), else for their first reader, with the
-same figures as a report derived at once."""
+"""What a derive pass publishes: the per-(target, model) groups, derived in the pass while
+/metrics shows them (a fleet within `server.metrics_target_limit` pairs), else for their first
+reader, with the same figures as a report derived at once; and /metrics' derived series, rendered
+once per pass."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import time
 from pathlib import Path
 
 import httpx
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from collector.analytics.serving import LazyGroups
 from collector.api.app import create_app
+from collector.api.metrics import build_registry
 from collector.config import Settings
 from collector.runtime import Runtime
 from collector.sim.exposition import EngineMetrics, render
@@ -72,4 +76,35 @@ def test_a_fleet_that_metrics_shows_has_its_groups_derived_in_the_pass(tmp_path:
     snap = rt.refresh_snapshot(now)
     for report in snap.reports.values():
         assert isinstance(report.groups, LazyGroups) and "not derived yet" not in repr(report.groups)
+    rt.store.close()
+
+
+def test_metrics_over_http_carry_each_passs_derived_series_as_a_full_render_does(tmp_path: Path) -> None:
+    rt, now = fleet(tmp_path, limit=100)
+    port = rt.settings.server.port
+
+    def derived(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text)  # one valid exposition: no family twice
+            for s in f.samples
+            if s.name.startswith(("llmslo_serving_", "llmslo_business_"))
+        }
+
+    with serving(create_app(rt.settings, rt, schedule=False), port):
+        rt.refresh_snapshot(now)
+        first = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text.count("llmslo_business_") == first.count(
+            "llmslo_business_"
+        )
+        full = generate_latest(build_registry(rt)).decode()
+        assert derived(first) == derived(full) and len(derived(first)) > 100
+        # another pass over more traffic on chat-0: the next render shows it
+        more = EngineMetrics(max_model_len=4096, created_unix=now - 30)  # a restarted chat-0
+        for _ in range(50):
+            more.finished["stop"] = more.finished.get("stop", 0) + 1
+        assert rt.scrapers["chat-0"].ingest(render("current", "m", more).encode(), None, now + 10)
+        rt.refresh_snapshot(now + 12)
+        second = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    assert derived(second) == derived(generate_latest(build_registry(rt)).decode()) != derived(first)
     rt.store.close()
