@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -15,6 +16,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from collector import gcpolicy
 from collector.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,14 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
             args=[runtime],
             id="report-catch-up",
         )
+    # the objects a derive pass leaves are frozen after it (collector/gcpolicy.py); once an hour
+    # they are put back and collected
+    scheduler.add_job(
+        runtime.tracked(_collect_frozen, "gc"),
+        IntervalTrigger(seconds=gcpolicy.COLLECT_FROZEN_SECONDS),
+        args=[runtime],
+        id="gc",
+    )
     scheduler.add_job(
         runtime.tracked(_compact, "compact"),
         IntervalTrigger(seconds=runtime.settings.retention.compaction_interval),
@@ -109,6 +119,13 @@ async def _derive(runtime: Runtime) -> None:
         await asyncio.to_thread(runtime.refresh_snapshot, runtime.now())
     except Exception:
         log.exception("refreshing derived metrics failed; the previous snapshot stays in place")
+    gcpolicy.freeze()  # what the pass left is long-lived: out of the cyclic collector's walks
+
+
+async def _collect_frozen(_runtime: Runtime) -> None:
+    started = time.perf_counter()
+    freed = gcpolicy.collect_frozen()
+    log.debug("hourly full garbage collection: %d objects freed in %.2f s", freed, time.perf_counter() - started)
 
 
 async def _drift(runtime: Runtime) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import gzip
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -15,7 +14,7 @@ import uvicorn
 from fastapi import FastAPI, HTTPException, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from collector import __version__
+from collector import __version__, gcpolicy
 from collector.api.deps import RuntimeDep
 from collector.api.embedded import EmbeddedServer
 from collector.api.metrics import DerivedText, TargetRenderer, build_registry
@@ -164,36 +163,31 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rt = runtime or Runtime(settings)
         await rt.start()
-        # What exists now lives as long as the process: keep it out of the cyclic collector's full
-        # passes. A trace batch allocates tens of thousands of short-lived containers; collecting
-        # the youngest generation every 700 allocations scanned each batch's records several times
-        # over (a third of the ingest CPU), while at 50,000 nearly all are freed first.
-        gc.freeze()
-        gc.set_threshold(50_000, 20, 20)
-        app.state.runtime = rt
-        app.state.registry = build_registry(rt, derived=False)
-        app.state.derived_text = DerivedText(rt)  # rendered once per derive pass
-        scheduler = build_scheduler(rt) if schedule else None
-        if scheduler is not None:
-            scheduler.start()
-            rt.loops.start()
-        otlp = await _start_otlp_port(rt, settings)
-        grpc_port = settings.traces.otlp_grpc_port
-        grpc = await start_grpc(rt.traces, settings.server.host, grpc_port) if grpc_port is not None else None
-        try:
-            yield
-        finally:
-            if grpc is not None:
-                await grpc.stop(grace=5)
-            if otlp is not None:
-                otlp[0].should_exit = True
-                await otlp[1]
+        with gcpolicy.serving(settings.server.switch_interval):  # collector/gcpolicy.py
+            app.state.runtime = rt
+            app.state.registry = build_registry(rt, derived=False)
+            app.state.derived_text = DerivedText(rt)  # rendered once per derive pass
+            scheduler = build_scheduler(rt) if schedule else None
             if scheduler is not None:
-                rt.loops.stop()
-                scheduler.pause()  # no new runs; running ones finish (shutdown would cancel them)
-                await rt.drain()
-                scheduler.shutdown(wait=False)
-            await rt.close()
+                scheduler.start()
+                rt.loops.start()
+            otlp = await _start_otlp_port(rt, settings)
+            grpc_port = settings.traces.otlp_grpc_port
+            grpc = await start_grpc(rt.traces, settings.server.host, grpc_port) if grpc_port is not None else None
+            try:
+                yield
+            finally:
+                if grpc is not None:
+                    await grpc.stop(grace=5)
+                if otlp is not None:
+                    otlp[0].should_exit = True
+                    await otlp[1]
+                if scheduler is not None:
+                    rt.loops.stop()
+                    scheduler.pause()  # no new runs; running ones finish (shutdown would cancel them)
+                    await rt.drain()
+                    scheduler.shutdown(wait=False)
+                await rt.close()
 
     app = FastAPI(
         title="llmslo",

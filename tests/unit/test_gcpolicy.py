@@ -1,0 +1,76 @@
+"""collector/gcpolicy.py: the objects a derive pass leaves are frozen out of the cyclic
+collector's walks, reference counting still frees them, and the hourly collection frees the
+cycles that died while frozen (nothing is kept for good)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collector import gcpolicy, scheduler
+from collector.config import Settings
+from collector.runtime import Runtime
+
+
+class Node:
+    other: object = None
+
+
+@pytest.fixture(autouse=True)
+def thawed() -> Iterator[None]:
+    """This test process must not keep anything frozen after the test."""
+    yield
+    gc.unfreeze()
+
+
+def test_frozen_objects_are_freed_by_refcount_and_frozen_cycles_by_the_hourly_collection() -> None:
+    cyclic, plain = Node(), Node()
+    cyclic.other = cyclic
+    cycle_alive, plain_alive = weakref.ref(cyclic), weakref.ref(plain)
+    gcpolicy.freeze()
+    assert gc.get_freeze_count() > 0
+    del cyclic, plain
+    assert plain_alive() is None  # reference counting frees a frozen object at once
+    gc.collect()
+    assert cycle_alive() is not None  # a cycle that died while frozen waits for the hourly pass
+    freed = gcpolicy.collect_frozen()
+    assert cycle_alive() is None and freed >= 1 and gc.get_freeze_count() == 0
+
+
+def test_the_scheduler_freezes_after_each_derive_pass_and_collects_hourly(tmp_path: Path) -> None:
+    rt = Runtime(Settings.model_validate({"data_dir": str(tmp_path)}))
+
+    async def derive_once() -> int:
+        await scheduler._derive(rt)
+        return gc.get_freeze_count()
+
+    assert asyncio.run(derive_once()) > 0
+    jobs = {job.id: job for job in scheduler.build_scheduler(rt).get_jobs()}
+    assert jobs["gc"].trigger.interval.total_seconds() == gcpolicy.COLLECT_FROZEN_SECONDS
+    asyncio.run(scheduler._collect_frozen(rt))
+    assert gc.get_freeze_count() == 0
+    rt.store.close()
+
+
+def test_serving_sets_the_switch_interval_and_thresholds_and_puts_the_interpreters_back(tmp_path: Path) -> None:
+    import sys
+
+    import httpx
+
+    from collector.api.app import create_app
+    from tests.embedded import free_port, serving
+
+    before = (sys.getswitchinterval(), gc.get_threshold())
+    port = free_port()
+    settings = Settings.model_validate({"data_dir": str(tmp_path), "server": {"port": port, "switch_interval": "2ms"}})
+    with serving(create_app(settings, schedule=False), port):
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).status_code == 200
+        assert abs(sys.getswitchinterval() - 0.002) < 1e-9
+        assert gc.get_threshold()[0] == 50_000
+    assert (sys.getswitchinterval(), gc.get_threshold()) == before
+    assert Settings.model_validate({"data_dir": str(tmp_path)}).server.switch_interval == 0.0005
