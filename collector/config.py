@@ -198,8 +198,9 @@ class ServerConfig(_Strict):
     # /api/v1/serving?target=... (or from Prometheus scraping vLLM directly).
     metrics_target_limit: int = Field(100, ge=0)
     # Python's switch interval while serving: how long the event loop may wait for the interpreter
-    # after each socket operation while a worker thread computes (collector/gcpolicy.py)
-    switch_interval: Duration = Field(0.0005, gt=0, le=0.1)
+    # after each socket operation while a worker thread computes (collector/gcpolicy.py: 0.5ms
+    # halved /metrics' latency under load at 1,000 targets for 15 % more CPU)
+    switch_interval: Duration = Field(0.005, gt=0, le=0.1)
 
 
 class ApiPricesConfig(_Strict):

@@ -163,7 +163,16 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
         config = {
             "data_dir": str(tmp_path),
             "database_url": database_url(db, tmp_path, n),
-            "server": {"host": "127.0.0.1", "port": api_port},
+            "server": {
+                "host": "127.0.0.1",
+                "port": api_port,
+                # LLMSLO_FLEET_SWITCH: the interpreter's switch interval while serving (server.switch_interval)
+                **(
+                    {"switch_interval": os.environ["LLMSLO_FLEET_SWITCH"]}
+                    if "LLMSLO_FLEET_SWITCH" in os.environ
+                    else {}
+                ),
+            },
             "rules": str(ROOT / "rules"),
             "targets": [
                 {"name": f"t{i}", "url": u, "business_type": TYPES[i % len(TYPES)]} for i, u in enumerate(urls)
@@ -233,7 +242,8 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
     prom_ms = (p1 - p0) / max(prom_done, 1) * 1000 if prometheus else float("nan")
     half = len(rss) // 2
     print(
-        f"\nFLEET {n} targets, {db}, {elapsed:.0f} s measured after {warmup:.0f} s warm-up\n"
+        f"\nFLEET {n} targets, {db}, {elapsed:.0f} s measured after {warmup:.0f} s warm-up"
+        f" (switch interval {os.environ.get('LLMSLO_FLEET_SWITCH', 'default')})\n"
         f"  llmslo:     {done:.0f}/{expected:.0f} scrapes ({done / expected:.1%}), {failed:.0f} failed in total, "
         f"CPU {c1 - c0:.1f} s = {(c1 - c0) / elapsed:.0%} of a core, {ours_ms:.2f} ms per scrape\n"
         f"  prometheus: {prom_done:.0f}/{expected:.0f} scrapes, CPU {p1 - p0:.1f} s = {(p1 - p0) / elapsed:.0%} "

@@ -73,4 +73,4 @@ def test_serving_sets_the_switch_interval_and_thresholds_and_puts_the_interprete
         assert abs(sys.getswitchinterval() - 0.002) < 1e-9
         assert gc.get_threshold()[0] == 50_000
     assert (sys.getswitchinterval(), gc.get_threshold()) == before
-    assert Settings.model_validate({"data_dir": str(tmp_path)}).server.switch_interval == 0.0005
+    assert Settings.model_validate({"data_dir": str(tmp_path)}).server.switch_interval == 0.005
