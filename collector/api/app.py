@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import uvicorn
 from fastapi import FastAPI, HTTPException, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.background import BackgroundTask
 
 from collector import __version__, gcpolicy
 from collector.api.deps import RuntimeDep
@@ -280,23 +281,31 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         published[(seconds, business_type)] = (snap.computed_unix, body, zipped)
         return body, zipped
 
-    async def published_json(seconds: float, business_type: str | None) -> tuple[bytes, bytes] | None:
+    async def published_json(
+        seconds: float, business_type: str | None
+    ) -> tuple[bytes, bytes, BackgroundTask | None] | None:
         """A published window's report, serialised once per derive pass: at a thousand targets
-        encoding it takes about a second, so a request that finds the previous pass's body (at
-        most two passes old) gets it at once while the new one is encoded beside it; only a body
-        older than that is encoded while the request waits."""
+        deriving its groups and encoding it takes a second or two, so a request that finds the
+        previous pass's body (at most two passes old) gets it at once, and the new one is encoded
+        once that response has been sent (the returned background task: a body written while the
+        encode runs waits for the interpreter at every write); only a body older than that is
+        encoded while the request waits."""
         rt: Runtime = app.state.runtime
         key = (seconds, business_type)
         held = published.get(key)
         if held is not None and held[0] == rt.snapshot.computed_unix:
-            return held[1], held[2]
+            return held[1], held[2], None
         if held is not None and rt.now() - held[0] <= 2 * rt.settings.derive_interval + 5:
-            if key not in encoding:
-                task = asyncio.create_task(asyncio.to_thread(encode_published, seconds, business_type))
-                encoding[key] = task
-                task.add_done_callback(lambda _t: encoding.pop(key, None))
-            return held[1], held[2]
-        return await asyncio.to_thread(encode_published, seconds, business_type)
+
+            async def encode_next() -> None:
+                if key not in encoding:
+                    task = asyncio.create_task(asyncio.to_thread(encode_published, seconds, business_type))
+                    encoding[key] = task
+                    task.add_done_callback(lambda _t: encoding.pop(key, None))
+
+            return held[1], held[2], BackgroundTask(encode_next)
+        fresh = await asyncio.to_thread(encode_published, seconds, business_type)
+        return None if fresh is None else (fresh[0], fresh[1], None)
 
     @app.get("/api/v1/serving", response_model=ServingResponse, tags=["serving"])
     async def serving(
@@ -317,10 +326,11 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         if target is None and model is None:
             cached = await published_json(seconds, business_type)
             if cached is not None:
+                body, zipped, encode_next = cached
+                headers = {"Vary": "Accept-Encoding"}
                 if "gzip" in request.headers.get("accept-encoding", ""):
-                    headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
-                    return Response(cached[1], media_type="application/json", headers=headers)  # type: ignore[return-value]
-                return Response(cached[0], media_type="application/json", headers={"Vary": "Accept-Encoding"})  # type: ignore[return-value]
+                    body, headers = zipped, {**headers, "Content-Encoding": "gzip"}
+                return Response(body, media_type="application/json", headers=headers, background=encode_next)  # type: ignore[return-value]
         report = await asyncio.to_thread(rt.report, seconds, rt.now(), target, model, business_type)
         return report_out(format_duration(seconds), report)
 
