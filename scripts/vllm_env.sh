@@ -23,7 +23,6 @@ if [ -f "$MARKER" ] && "$ENV_DIR/bin/python" -c "import vllm" >/dev/null 2>&1; t
 fi
 echo "building the vLLM $VLLM_VERSION (CPU) environment in $ENV_DIR (one-off, a few minutes)" >&2
 rm -rf "$ENV_DIR"
-mkdir -p "$(dirname "$ENV_DIR")"
 "$PY" -m venv "$ENV_DIR"
 "$ENV_DIR/bin/python" -m pip install -q --upgrade pip >&2
 "$ENV_DIR/bin/python" -m pip install -q "torch==$TORCH_VERSION" >&2

@@ -278,9 +278,6 @@ class LazyGroups(Sequence[GroupStats]):
             return tuple(self) == tuple(other)
         return NotImplemented
 
-    def __hash__(self) -> int:
-        return hash(self.resolve())
-
     def __repr__(self) -> str:
         return f"LazyGroups({len(self)} groups, {'derived' if self._groups is not None else 'not derived yet'})"
 

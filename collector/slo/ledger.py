@@ -224,34 +224,41 @@ class SloLedger:
     def _add_engine_cell(
         self, o: Objective, ident: SeriesIdent, cell: Cell, start: int, period: int, live: bool
     ) -> None:
-        metric = ident.key.metric
         if o.sli in ("latency", "error_ratio"):
-            if o.sli == "latency":
-                if metric != o.metric or ident.kind is not Kind.HISTOGRAM or not cell.buckets:
-                    return
-                assert o.threshold_seconds is not None
-                share = fraction_at_or_below(o.threshold_seconds, ident.bounds, cell.buckets)
-                if share is None:
-                    return
-                good, total = share[0] * cell.buckets[-1], cell.buckets[-1]
-                if not share[1] and total > 0:
-                    self.counts[o.slo].inexact = True
-            else:
-                if metric != "request_success" or ident.kind is not Kind.COUNTER:
-                    return
-                bad = dict(ident.key.labels).get("finished_reason") in ERROR_REASONS
-                good, total = 0.0 if bad else cell.value, cell.value
+            events = self._engine_events(o, ident, cell)
+            if events is None:
+                return
+            good, total = events
             self.counts[o.slo].add(start, period, good, total)
             counted = self.since_start.get(o.slo) if live else None
             if counted is not None:
                 counted[0] += good
                 counted[1] += total
         elif o.sli == "throughput" and ident.kind is Kind.COUNTER:
+            metric = ident.key.metric
             if metric not in ("generation_tokens", "request_success"):
                 return
             size = int(o.slice_seconds)
             slot = self.slices[o.slo].setdefault(start - start % size, [0.0, 0.0])
             slot[0 if metric == "generation_tokens" else 1] += cell.value
+
+    def _engine_events(self, o: Objective, ident: SeriesIdent, cell: Cell) -> tuple[float, float] | None:
+        """(good, total) of a latency or error objective in one engine cell; None: not its series."""
+        if o.sli == "latency":
+            if ident.key.metric != o.metric or ident.kind is not Kind.HISTOGRAM or not cell.buckets:
+                return None
+            assert o.threshold_seconds is not None
+            share = fraction_at_or_below(o.threshold_seconds, ident.bounds, cell.buckets)
+            if share is None:
+                return None
+            total = cell.buckets[-1]
+            if not share[1] and total > 0:
+                self.counts[o.slo].inexact = True
+            return share[0] * total, total
+        if ident.key.metric != "request_success" or ident.kind is not Kind.COUNTER:
+            return None
+        bad = dict(ident.key.labels).get("finished_reason") in ERROR_REASONS
+        return (0.0 if bad else cell.value), cell.value
 
     def add_live_requests(self, cells: Iterable[tuple[RequestKey, RequestCell]]) -> None:
         """Newly committed trace request cells (the trace store's commit hook). A span is keyed by

@@ -103,7 +103,7 @@ class TargetScraper:
     def series_of(self, metrics: frozenset[str]) -> list[tuple[int, SeriesIdent]]:
         """(series id, series) of every series of `metrics` this target has stored, chosen once
         per set of metrics and again when the target gains a series: readers that want a handful
-        of its ~300 series (the SLO event counters, the drift pass) look those up directly."""
+        of its ~300 series (the drift pass's reads of the open minutes) look those up directly."""
         chosen = self._chosen.get(metrics)
         if chosen is None:
             chosen = self._chosen[metrics] = [

@@ -512,9 +512,13 @@ def upsert(conn: Connection, table: Any, rows: list[dict[str, Any]], keys: list[
     conn.exec_driver_sql(sql, [tuple(r[c] for c in columns) for r in rows])
 
 
+def _placeholder(paramstyle: str) -> str:
+    return {"qmark": "?", "format": "%s", "pyformat": "%s"}[paramstyle]
+
+
 @functools.cache
 def _baseline_sql(paramstyle: str) -> str:
-    mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}[paramstyle]
+    mark = _placeholder(paramstyle)
     return (
         f"UPDATE {targets.name} SET baseline_unix = {mark}, "
         f"process_start_unix = COALESCE({mark}, process_start_unix) WHERE id = {mark}"
@@ -527,7 +531,7 @@ def _upsert_sql(
 ) -> str:
     if dialect not in ("sqlite", "postgresql"):  # pragma: no cover - the two supported backends
         raise NotImplementedError(f"unsupported database dialect {dialect!r}")
-    mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}[paramstyle]
+    mark = _placeholder(paramstyle)
     names = ", ".join(columns)
     marks = ", ".join([mark] * len(columns))
     sets = ", ".join(f"{c} = excluded.{c}" for c in updates)
