@@ -19,9 +19,10 @@ import certifi
 import httpx
 
 from collector import conventions as conv
+from collector.analytics.histsums import Fold, OpenHistograms, SlidingHistograms
 from collector.analytics.running import RunningWindows
 from collector.analytics.running import add as add_cells
-from collector.analytics.serving import LazyGroups, ServingReport, build_report
+from collector.analytics.serving import LazyGroups, ServingReport, build_report, build_report_from_sums
 from collector.config import Settings, TargetConfig
 from collector.cost.allocation import (
     COST_METRICS,
@@ -67,8 +68,9 @@ from collector.slo.spec import Objective, SloRules, load_rules
 from collector.sources.dcgm import USED_RATIO
 from collector.sources.scrape import TargetScraper
 from collector.sources.scrapeloop import ScrapeLoops
+from collector.sources.vllm import Kind
 from collector.store.committer import GroupCommitter
-from collector.store.repository import Store
+from collector.store.repository import ScrapeCommit, Store
 from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.service import TraceIngest
 from collector.traces.store import compact_requests, expire_span_ids, first_request_unix, read_requests
@@ -139,11 +141,19 @@ class Runtime:
         # (at most 55 s: the scrapers keep two minutes; a scrape slower than that which commits
         # later still lands in the store, but not in the running sums)
         grace = min(55.0, max([settings.target_timeout(t) for t in settings.targets] + [0.0]) + 5.0)
+        # the business types' histograms of every window summed as scrapes commit
+        # (collector/analytics/histsums.py): a derive pass merges no target's buckets
+        self.fold = Fold(self.business_type_of)
         self.running = RunningWindows(
             [w for w in settings.windows if settings.sliding_horizon < w <= settings.retention.minute_rollups],
             lambda lo, hi: self.store.read_window(lo, hi),
             grace,
+            self.fold,
         )
+        self.sliding_histograms = SlidingHistograms(
+            [w for w in settings.windows if w <= settings.sliding_horizon], settings.sliding_horizon
+        )
+        self.open_histograms = OpenHistograms()
         self.targets: dict[str, TargetConfig] = {t.name: t for t in settings.targets}
         self.snapshot = Snapshot()
         self.rules: SloRules | None = load_rules(settings.rules).rules if settings.rules else None
@@ -173,9 +183,8 @@ class Runtime:
             if self.rules
             else None
         )
-        if self.ledger is not None:
-            for scraper in self.scrapers.values():
-                scraper.on_commit = self.ledger.add_engine
+        for scraper in self.scrapers.values():
+            scraper.on_commit = self._committed
         self.alerts = AlertBook(self.store)
         self.slo_statuses: list[SloStatus] = []
         self.traces = TraceIngest(self)
@@ -183,6 +192,15 @@ class Runtime:
         self.started = False
         self.inflight: set[asyncio.Task[object]] = set()
         self.job_timings = JobTimings()
+
+    def _committed(self, target: str, item: ScrapeCommit) -> None:
+        """A scrape of `target` is stored: the SLO ledger and the histogram sums count it."""
+        deltas = item.deltas
+        if self.ledger is not None:
+            self.ledger.add_engine(target, deltas)
+        folded = self.fold.cells(target, deltas.cells)
+        self.sliding_histograms.add(target, deltas.unix, folded)
+        self.open_histograms.add(deltas.minute, folded, item.read_stored)
 
     async def start(self) -> None:
         """Register every target and resume its state (one bad target does not stop the others)."""
@@ -398,31 +416,13 @@ class Runtime:
         business_type: str | None = None,
         lazy_groups: bool = False,
     ) -> ServingReport:
-        """Derived serving metrics over one window (blocking: may read the database); with
-        `lazy_groups`, the (target, model) groups are derived when first read.
-
-        Windows up to `sliding_horizon` slide over the scrapes of the last `window_seconds`
-        (in memory). Longer configured windows are the running sums of their closed minutes
-        plus the open minutes the scrapers keep in memory; any other window merges stored minute rollups."""
+        """Derived serving metrics over one window (blocking: may read the database; see
+        `window_cells`); with `lazy_groups`, the (target, model) groups are derived when first read."""
         if window_seconds <= self.settings.sliding_horizon:
-            cells = self.sliding_cells(now_unix, window_seconds, target, model)
             start, end = int(now_unix - window_seconds), int(now_unix)
-            return build_report(cells, window_seconds, start, end, self.business_type_of, business_type, lazy_groups)
-        start, end = window_bounds(now_unix, window_seconds)
-        closed = self.running.closed(window_seconds, now_unix)
-        if closed is None:
-            cells = self.store.read_window(start, end, target=target, model=model)
         else:
-            closed_end, cells = closed
-            if target is not None or model is not None:
-                cells = [
-                    sc
-                    for sc in cells
-                    if (target is None or sc.target == target) and (model is None or sc.ident.key.model == model)
-                ]
-            merged = {(sc.target, sc.ident): sc for sc in cells}  # copies already: merge into them
-            add_cells(merged, self.open_cells(closed_end, target, model))
-            cells = list(merged.values())
+            start, end = window_bounds(now_unix, window_seconds)
+        cells = self.window_cells(window_seconds, now_unix, target, model)
         return build_report(cells, window_seconds, start, end, self.business_type_of, business_type, lazy_groups)
 
     def report_between(
@@ -438,10 +438,82 @@ class Runtime:
         seconds = max(60, end_unix - start_unix)
         return build_report(cells, seconds, start_unix, end_unix, self.business_type_of, business_type)
 
-    def sliding_cells(
-        self, now_unix: float, window_seconds: float, target: str | None = None, model: str | None = None
+    def pass_report(self, window_seconds: float, now_unix: float) -> ServingReport:
+        """The whole fleet's report over one configured window, as a derive pass publishes it:
+        the business types from the histogram sums and the counters and gauges of each series,
+        the (target, model) groups when first read. Where the sums cannot answer (a `now` they
+        have not seen, a minute read back from the store) the report merges every series."""
+        report = self.report_from_sums(window_seconds, now_unix)
+        return report if report is not None else self.report(window_seconds, now_unix, lazy_groups=True)
+
+    def report_from_sums(self, window_seconds: float, now_unix: float) -> ServingReport | None:
+        """`pass_report` from the histogram sums, or None where they cannot answer."""
+        w = window_seconds
+        if w <= self.settings.sliding_horizon:
+            sums = self.sliding_histograms.sums(w, now_unix)
+            if sums is None:
+                return None
+            scalars = self.sliding_cells(now_unix, w, histograms=False)
+            start, end = int(now_unix - w), int(now_unix)
+        else:
+            start, end = window_bounds(now_unix, w)
+            closed_sums = self.running.closed_histograms(w, now_unix)
+            closed = self.running.closed(w, now_unix, histograms=False)
+            if closed_sums is None or closed is None:
+                return None
+            closed_end, sums = closed_sums
+            open_sums = self.open_histograms.since(closed_end)
+            if open_sums is None:
+                return None
+            sums.plus(open_sums)
+            merged = {(sc.target, sc.ident): sc for sc in closed[1]}  # copies already: merge into them
+            add_cells(merged, self.open_cells(closed_end, histograms=False))
+            scalars = list(merged.values())
+        return build_report_from_sums(
+            scalars,
+            sums.by_business_type(),
+            w,
+            start,
+            end,
+            self.business_type_of,
+            lambda: self.window_cells(w, now_unix),
+        )
+
+    def window_cells(
+        self, window_seconds: float, now_unix: float, target: str | None = None, model: str | None = None
     ) -> list[SeriesCell]:
-        """Every series' deltas from the scrapes in (now - window, now], merged per target.
+        """Every series' cells of the window at `now`, merged per series (blocking: may read the
+        database). Windows up to `sliding_horizon` slide over the scrapes of the last
+        `window_seconds` (in memory). Longer configured windows are the running sums of their
+        closed minutes plus the open minutes the scrapers keep in memory; any other window
+        merges stored minute rollups."""
+        if window_seconds <= self.settings.sliding_horizon:
+            return self.sliding_cells(now_unix, window_seconds, target, model)
+        closed = self.running.closed(window_seconds, now_unix)
+        if closed is None:
+            start, end = window_bounds(now_unix, window_seconds)
+            return self.store.read_window(start, end, target=target, model=model)
+        closed_end, cells = closed
+        if target is not None or model is not None:
+            cells = [
+                sc
+                for sc in cells
+                if (target is None or sc.target == target) and (model is None or sc.ident.key.model == model)
+            ]
+        merged = {(sc.target, sc.ident): sc for sc in cells}  # copies already: merge into them
+        add_cells(merged, self.open_cells(closed_end, target, model))
+        return list(merged.values())
+
+    def sliding_cells(
+        self,
+        now_unix: float,
+        window_seconds: float,
+        target: str | None = None,
+        model: str | None = None,
+        histograms: bool = True,
+    ) -> list[SeriesCell]:
+        """Every series' deltas from the scrapes in (now - window, now], merged per target
+        (without `histograms`: the counters and gauges).
 
         Each scrape's delta covers the time since the scrape before it, so the window covers
         `window_seconds` within one scrape interval, and rates divide by exactly that time."""
@@ -457,6 +529,8 @@ class Runtime:
                 for ident, cell in scrape.cells.items():
                     if model is not None and ident.key.model != model:
                         continue
+                    if not histograms and ident.kind is Kind.HISTOGRAM:
+                        continue
                     have = merged.get(ident)
                     if have is None:
                         merged[ident] = SeriesCell(name, ident, scrape.units.get(ident.key, ""), cell.copy())
@@ -465,9 +539,11 @@ class Runtime:
             out.extend(merged.values())
         return out
 
-    def open_cells(self, from_minute: int, target: str | None = None, model: str | None = None) -> list[SeriesCell]:
+    def open_cells(
+        self, from_minute: int, target: str | None = None, model: str | None = None, histograms: bool = True
+    ) -> list[SeriesCell]:
         """The stored cells of the minutes from `from_minute` on that the scrapers keep in memory
-        (the minute being written and the one before it)."""
+        (the minute being written and the one before it; without `histograms`: counters and gauges)."""
         out: list[SeriesCell] = []
         for name, scraper in self.scrapers.items():
             if target is not None and name != target:
@@ -476,7 +552,9 @@ class Runtime:
             for _, cells in scraper.open_minute.stored(from_minute):
                 for sid, cell in cells:
                     ident = idents.get(sid)
-                    if ident is not None and (model is None or ident.key.model == model):
+                    if ident is None or (model is not None and ident.key.model != model):
+                        continue
+                    if histograms or ident.kind is not Kind.HISTOGRAM:
                         out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
         return out
 
@@ -514,7 +592,7 @@ class Runtime:
     def refresh_snapshot(self, now_unix: float) -> Snapshot:
         self.advance_cost_meter(now_unix)
         self.running.advance(now_unix)
-        reports = {w: self.report(w, now_unix, lazy_groups=True) for w in self.settings.windows}
+        reports = {w: self.pass_report(w, now_unix) for w in self.settings.windows}
         # /metrics shows the per-(target, model) figures of a fleet up to metrics_target_limit
         # pairs: derived here, so that a scrape of llmslo does not wait for them; a larger fleet's
         # are derived for the first reader of the fleet view (/api/v1/serving), if any

@@ -23,6 +23,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from collector.analytics.histsums import Fold, FoldedSums
 from collector.rollup import MINUTE_SECONDS, Cell, SeriesCell, SeriesIdent, period_start
 from collector.sources.vllm import Kind
 
@@ -43,21 +44,71 @@ def subtract(have: Cell, gone: Cell) -> None:
 class RunningWindow:
     """One window's closed minutes [closed_end - span, closed_end) merged per series, where
     `span` is the window less the minute still running; `oldest` holds the cells of its oldest
-    minute (subtracted on the next advance, and while the previous minute is still in its grace)."""
+    minute (subtracted on the next advance, and while the previous minute is still in its grace).
 
-    __slots__ = ("cells", "oldest", "seconds", "span")
+    With a `fold`, the histogram series are also kept summed per business type (`folded`, see
+    collector/analytics/histsums.py), each sum changing exactly as its series do; `in_grace` is
+    what taking `oldest` out would take from those sums."""
 
-    def __init__(self, seconds: int) -> None:
+    __slots__ = ("cells", "fold", "folded", "in_grace", "oldest", "seconds", "span")
+
+    def __init__(self, seconds: int, fold: Fold | None = None) -> None:
         self.seconds = seconds
         self.span = seconds - MINUTE_SECONDS
         self.cells: dict[SeriesRef, SeriesCell] = {}
         self.oldest: list[SeriesCell] = []
+        self.fold = fold
+        self.folded = FoldedSums()
+        self.in_grace = FoldedSums()
 
     def add(self, cells: Iterable[SeriesCell]) -> None:
-        add(self.cells, cells)
+        into, fold, folded = self.cells, self.fold, self.folded
+        for sc in cells:
+            ref = (sc.target, sc.ident)
+            have = into.get(ref)
+            if have is None:
+                into[ref] = SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
+            else:
+                have.cell.merge(sc.cell)
+            if fold is not None and sc.ident.kind is Kind.HISTOGRAM and (key := fold.key(sc.target, sc.ident)):
+                folded.add(key, sc.cell, 1 if have is None else 0)
 
     def remove(self, cells: Iterable[SeriesCell]) -> None:
-        remove(self.cells, cells)
+        fold, folded = self.fold, self.folded
+        for sc in cells:
+            have = self.cells.get((sc.target, sc.ident))
+            key = None
+            if fold is not None and have is not None and sc.ident.kind is Kind.HISTOGRAM:
+                key = fold.key(sc.target, sc.ident)
+            if key is not None:
+                assert have is not None
+                if _leaves(have.cell, sc.cell):
+                    folded.subtract(key, have.cell, 1)  # the series leaves with all it still held
+                else:
+                    folded.subtract(key, sc.cell, 0)
+            remove(self.cells, (sc,))
+
+    def note_grace(self) -> None:
+        """What `remove(oldest)` would take from the folded sums (read while the previous minute
+        is in its grace, so that the closed part is one minute shorter)."""
+        self.in_grace = grace = FoldedSums()
+        if self.fold is None:
+            return
+        for sc in self.oldest:
+            if sc.ident.kind is not Kind.HISTOGRAM:
+                continue
+            have = self.cells.get((sc.target, sc.ident))
+            key = self.fold.key(sc.target, sc.ident)
+            if have is not None and key is not None:
+                if _leaves(have.cell, sc.cell):
+                    grace.add(key, have.cell, 1)
+                else:
+                    grace.add(key, sc.cell, 0)
+
+
+def _leaves(have: Cell, gone: Cell) -> bool:
+    """Whether taking `gone` out of `have` leaves nothing of the series in the window (`remove`)."""
+    return have.observed_seconds - gone.observed_seconds <= 1e-9 and have.n - gone.n <= 0
 
 
 def add(into: dict[SeriesRef, SeriesCell], cells: Iterable[SeriesCell]) -> None:
@@ -90,8 +141,10 @@ def remove(into: dict[SeriesRef, SeriesCell], cells: Iterable[SeriesCell]) -> No
 class RunningWindows:
     """The configured long windows, advanced minute by minute (thread-safe)."""
 
-    def __init__(self, windows: Iterable[float], read_minutes: ReadMinutes, grace_seconds: float) -> None:
-        self.windows = {int(w): RunningWindow(int(w)) for w in windows if w > MINUTE_SECONDS}
+    def __init__(
+        self, windows: Iterable[float], read_minutes: ReadMinutes, grace_seconds: float, fold: Fold | None = None
+    ) -> None:
+        self.windows = {int(w): RunningWindow(int(w), fold) for w in windows if w > MINUTE_SECONDS}
         self.read_minutes = read_minutes
         self.grace = grace_seconds
         self.closed_end: int | None = None  # minutes before this are in the sums
@@ -129,6 +182,8 @@ class RunningWindows:
                     w.oldest = self._read(end - w.span) if w.span > MINUTE_SECONDS else arrived
             self.closed_end = target
             self._fix_gauges()
+            for w in self.windows.values():
+                w.note_grace()
 
     def _rebuild(self, target: int) -> None:
         """Start afresh from the store (first pass, or after a pause longer than the longest window)."""
@@ -136,6 +191,7 @@ class RunningWindows:
         self.gauge_minutes.clear()
         for w in self.windows.values():
             w.cells.clear()
+            w.folded.clear()
             w.oldest = []
         for minute in range(target - self.longest, target, MINUTE_SECONDS):
             cells = self._read(minute)
@@ -147,6 +203,8 @@ class RunningWindows:
                     w.oldest = cells
         self.closed_end = target
         self._fix_gauges()
+        for w in self.windows.values():
+            w.note_grace()
 
     def _note_gauges(self, minute: int, cells: Iterable[SeriesCell]) -> None:
         for sc in cells:
@@ -171,9 +229,10 @@ class RunningWindows:
                 if sc is not None:
                     _min_max(sc.cell, minutes, self.closed_end - w.span)
 
-    def closed(self, seconds: float, now_unix: float) -> tuple[int, list[SeriesCell]] | None:
+    def closed(self, seconds: float, now_unix: float, histograms: bool = True) -> tuple[int, list[SeriesCell]] | None:
         """(end of the closed minutes, copies of the cells of the window's closed minutes at `now`),
-        or None when this window is not kept here or `now` is not where the sums are.
+        or None when this window is not kept here or `now` is not where the sums are; without
+        `histograms`, the counters and gauges only (`closed_histograms` has their sums).
 
         The report's window is the minute running at `now` plus the `seconds - 60` before it;
         while the previous minute is still in its grace it is open too, and the closed part is
@@ -185,7 +244,11 @@ class RunningWindows:
             closed_end = self.closed_end
             if closed_end is None or self.closed_before(now_unix) != closed_end:
                 return None
-            cells = {ref: SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy()) for ref, sc in w.cells.items()}
+            cells = {
+                ref: SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
+                for ref, sc in w.cells.items()
+                if histograms or sc.ident.kind is not Kind.HISTOGRAM
+            }
             current = period_start(now_unix)
             if closed_end < current:  # the previous minute is still open: drop the oldest closed one
                 remove(cells, w.oldest)
@@ -193,6 +256,21 @@ class RunningWindows:
                     if sc.ident.kind is Kind.GAUGE and ref in self.gauge_minutes:
                         _min_max(sc.cell, self.gauge_minutes[ref], closed_end - w.span + MINUTE_SECONDS)
             return closed_end, list(cells.values())
+
+    def closed_histograms(self, seconds: float, now_unix: float) -> tuple[int, FoldedSums] | None:
+        """Like `closed`, the window's histograms summed per business type (a copy), from the
+        sums kept as minutes enter and leave; None where `closed` is None or nothing is folded."""
+        w = self.windows.get(int(seconds))
+        if w is None or w.fold is None:
+            return None
+        with self.lock:
+            closed_end = self.closed_end
+            if closed_end is None or self.closed_before(now_unix) != closed_end:
+                return None
+            sums = w.folded.copy()
+            if closed_end < period_start(now_unix):
+                sums.minus(w.in_grace)
+            return closed_end, sums
 
 
 def _min_max(cell: Cell, minutes: Iterable[tuple[int, float, float]], start: int) -> None:

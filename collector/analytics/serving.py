@@ -236,16 +236,29 @@ class BusinessStats:
     stats: ServingStats
 
 
+Member = tuple[str, str, str, list[SeriesCell]]  # (target, model, business type, cells)
+
+
 class LazyGroups(Sequence[GroupStats]):
     """The (target, model) groups of a report, derived when first read.
 
     At a thousand targets the per-target figures are most of a derive pass, and on most passes
     nothing reads them (`/metrics` leaves them out of a fleet that large, and the fleet view of
     `/api/v1/serving` is asked for now and then): like a Prometheus query, the work is done for
-    the reader who asks, once per pass. Their count is known without deriving them."""
+    the reader who asks, once per pass. The members are given, or loaded by `load` on the first
+    read (a pass that derived its business types from sums keeps no per-series cells); `count`
+    is their number, known without loading them."""
 
-    def __init__(self, members: list[tuple[str, str, str, list[SeriesCell]]], window_seconds: float) -> None:
-        self._members = members  # (target, model, business type, cells), sorted
+    def __init__(
+        self,
+        members: list[Member],
+        window_seconds: float,
+        load: Callable[[], list[Member]] | None = None,
+        count: int | None = None,
+    ) -> None:
+        self._members = members  # sorted
+        self._load = load
+        self._count = len(members) if count is None else count
         self._window_seconds = window_seconds
         self._groups: tuple[GroupStats, ...] | None = None
         self._lock = threading.Lock()
@@ -253,15 +266,16 @@ class LazyGroups(Sequence[GroupStats]):
     def resolve(self) -> tuple[GroupStats, ...]:
         with self._lock:
             if self._groups is None:
+                members = self._load() if self._load is not None else self._members
                 self._groups = tuple(
-                    GroupStats(t, m, bt, derive(cells, self._window_seconds)) for t, m, bt, cells in self._members
+                    GroupStats(t, m, bt, derive(cells, self._window_seconds)) for t, m, bt, cells in members
                 )
-                self._members = []  # the cells are no longer needed
+                self._members, self._load = [], None  # the cells are no longer needed
             return self._groups
 
     def __len__(self) -> int:
         groups = self._groups
-        return len(groups) if groups is not None else len(self._members)
+        return len(groups) if groups is not None else self._count
 
     @overload
     def __getitem__(self, index: int) -> GroupStats: ...
@@ -308,12 +322,44 @@ def build_report(
     `business_type_of(target, model)` maps an engine series to its business type (from the
     configuration); series with no mapping are reported under "unassigned".
     """
+    placed, by_type = place(cells, business_type_of, business_type)
+    types = tuple(BusinessStats(bt, derive(members, window_seconds)) for bt, members in sorted(by_type.items()))
+    groups = LazyGroups(placed, window_seconds)
+    return ServingReport(window_seconds, start_unix, end_unix, groups if lazy_groups else groups.resolve(), types)
+
+
+def build_report_from_sums(
+    scalars: Iterable[SeriesCell],
+    histograms: dict[str, list[SeriesCell]],
+    window_seconds: float,
+    start_unix: int,
+    end_unix: int,
+    business_type_of: Callable[[str, str], str | None],
+    all_cells: Callable[[], Iterable[SeriesCell]],
+) -> ServingReport:
+    """The report of a derive pass from the window's counter and gauge cells and its histograms
+    already summed per business type (collector/analytics/histsums.py): the same business-type
+    figures as `build_report` of every cell; the (target, model) groups are derived from
+    `all_cells()` when first read."""
+    placed, by_type = place(scalars, business_type_of)
+    for btype, cells in histograms.items():
+        by_type[btype].extend(cells)
+    types = tuple(BusinessStats(bt, derive(members, window_seconds)) for bt, members in sorted(by_type.items()))
+    groups = LazyGroups([], window_seconds, load=lambda: place(all_cells(), business_type_of)[0], count=len(placed))
+    return ServingReport(window_seconds, start_unix, end_unix, groups, types)
+
+
+def place(
+    cells: Iterable[SeriesCell], business_type_of: Callable[[str, str], str | None], business_type: str | None = None
+) -> tuple[list[Member], dict[str, list[SeriesCell]]]:
+    """The (target, model) groups of `cells` in order, with their business type, and the cells
+    of each business type (DCGM GPU series belong to neither: the cost model reads them)."""
     by_group: dict[tuple[str, str], list[SeriesCell]] = defaultdict(list)
     for sc in cells:
         if is_gpu_metric(sc.ident.key.metric):
-            continue  # DCGM GPUs are not serving groups (the cost model and capacity read them)
+            continue
         by_group[(sc.target, sc.ident.key.model)].append(sc)
-    placed: list[tuple[str, str, str, list[SeriesCell]]] = []
+    placed: list[Member] = []
     by_type: dict[str, list[SeriesCell]] = defaultdict(list)
     for (target, model), members in sorted(by_group.items()):
         btype = business_type_of(target, model) or UNASSIGNED
@@ -321,6 +367,4 @@ def build_report(
             continue
         placed.append((target, model, btype, members))
         by_type[btype].extend(members)
-    types = tuple(BusinessStats(bt, derive(members, window_seconds)) for bt, members in sorted(by_type.items()))
-    groups = LazyGroups(placed, window_seconds)
-    return ServingReport(window_seconds, start_unix, end_unix, groups if lazy_groups else groups.resolve(), types)
+    return placed, by_type

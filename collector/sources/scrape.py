@@ -19,7 +19,7 @@ import httpx
 
 from collector import conventions as conv
 from collector.config import Settings, TargetConfig
-from collector.rollup import Cell, DeltaTracker, ScrapeDeltas, SeriesIdent
+from collector.rollup import Cell, DeltaTracker, SeriesIdent
 from collector.secrets import redact_url, scrub
 from collector.sources.dcgm import read_dcgm
 from collector.sources.expfmt import ExpositionError
@@ -88,7 +88,7 @@ class TargetScraper:
         self.client = client
         self.committer = committer or GroupCommitter(store, asyncio.Lock())
         self.open_minute = OpenMinute()  # this minute's rows as stored: commits merge without reading
-        self.on_commit: Callable[[str, ScrapeDeltas], None] | None = None  # told each committed scrape
+        self.on_commit: Callable[[str, ScrapeCommit], None] | None = None  # told each committed scrape
         self.status = TargetStatus(target.name, redact_url(target.url))
         self.cache: SlotCache = new_cache()
         self.tracker = DeltaTracker()
@@ -296,7 +296,7 @@ class TargetScraper:
         self.tracker.commit(deltas, now)
         self._remember(RecentScrape(now, deltas.cells, item.units))
         if self.on_commit is not None:
-            self.on_commit(self.target.name, deltas)
+            self.on_commit(self.target.name, item)
         status = self.status
         status.counter_resets_total += deltas.resets
         status.process_start_unix = deltas.process_start_unix

@@ -185,6 +185,7 @@ class Store:
                 by_id = {ids[ident]: cell for ident, cell in item.deltas.cells.items()}
                 known = item.open_minute.known_cells(minute, item.baseline_unix) if item.open_minute else None
                 if known is None:
+                    item.read_stored = True
                     unknown.setdefault(minute, {}).update(by_id)
                 else:
                     item.merged = {sid: _merged(known.get(sid), cell) for sid, cell in by_id.items()}
@@ -470,6 +471,7 @@ class ScrapeCommit:
     baseline_unix: float | None = None
     new_ids: dict[SeriesIdent, int] = field(default_factory=dict)
     merged: dict[int, Cell] | None = None  # the minute's cells as stored by this commit
+    read_stored: bool = False  # the minute's stored rows were read first (not all counted in memory)
 
     def adopt(self) -> None:
         """After the commit: the caller's caches take what is now stored."""

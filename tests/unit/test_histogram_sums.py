@@ -1,0 +1,150 @@
+"""A derive pass's business types from histogram sums kept as scrapes commit
+(collector/analytics/histsums.py) against a merge of every series, at every pass of a timeline a
+real fleet has: traffic changing, two vLLM versions with different bucket layouts in one business
+type, a model no configuration names, a target appearing late, a vLLM restart, an outage longer
+than the window, passes inside a minute's grace, and a collector restart in the middle of a
+minute (whose open minute the sums did not count: that pass merges the series instead)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+from typing import Any
+
+from collector.analytics.histsums import FoldedSums
+from collector.analytics.serving import build_report
+from collector.config import Settings
+from collector.rollup import Cell
+from collector.runtime import Runtime, window_bounds
+from collector.sim.exposition import EngineMetrics, render
+from collector.sources.vllm import Kind
+from collector.store.repository import Store
+
+T0 = 1_800_000_000
+
+
+def rounded(x: Any) -> Any:
+    if isinstance(x, float):
+        return round(x, 6)
+    if isinstance(x, dict):
+        return {k: rounded(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [rounded(v) for v in x]
+    return x
+
+
+class Server:
+    def __init__(self, rng: random.Random, created: float, version: str, model: str, max_model_len: int) -> None:
+        self.rng = rng
+        self.version = version
+        self.model = model
+        self.m = EngineMetrics(max_model_len=max_model_len, created_unix=created)
+
+    def step(self, load: int) -> str:
+        m = self.m
+        for _ in range(load):
+            m.prompt_tokens += self.rng.randint(50, 3000)
+            m.generation_tokens += self.rng.randint(10, 200)
+            m.finished["stop"] = m.finished.get("stop", 0) + 1
+            m.hist["time_to_first_token_seconds"].observe(self.rng.uniform(0.01, 3.0))
+            m.hist["e2e_request_latency_seconds"].observe(self.rng.uniform(0.5, 20.0))
+        m.waiting = self.rng.randint(0, 3)
+        m.running = load
+        m.kv_usage = self.rng.random()
+        return render(self.version, self.model, m)
+
+
+def settings_for(tmp_path: Path) -> Settings:
+    return Settings.model_validate(
+        {
+            "data_dir": str(tmp_path),
+            "windows": ["1m", "5m", "20m"],
+            "targets": [
+                {"name": "a", "url": "http://127.0.0.1:1/a", "business_type": "chat"},
+                {"name": "old", "url": "http://127.0.0.1:1/old", "business_type": "chat"},
+                {"name": "b", "url": "http://127.0.0.1:1/b", "business_type": "batch"},
+                {"name": "nobody", "url": "http://127.0.0.1:1/n"},  # its model is in no rule
+            ],
+        }
+    )
+
+
+def business_types(report: Any) -> Any:
+    return rounded([dataclasses.asdict(b) for b in report.business_types])
+
+
+def test_business_types_from_the_sums_equal_a_merge_of_every_series(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path)
+    rt = Runtime(settings)
+    rng = random.Random(5)
+
+    def fleet() -> dict[str, Server]:
+        return {
+            "a": Server(rng, T0 - 10, "current", "llama", 4096),
+            "old": Server(rng, T0 - 10, "0.6", "llama", 8192),  # other bucket layouts, same business type
+            "b": Server(rng, T0 - 10, "current", "mixtral", 4096),
+            "nobody": Server(rng, T0 - 10, "current", "who-knows", 4096),
+        }
+
+    servers = fleet()
+    compared = {60.0: 0, 300.0: 0, 1200.0: 0}
+    fallbacks = 0
+    t = T0
+    while t < T0 + 2 * 3600:
+        minute = (t - T0) // 60
+        if 40 <= minute < 65:
+            t += 15  # every target down for 25 minutes: longer than the 20m window
+            continue
+        if minute == 90 and t % 60 == 30:
+            # the collector restarts in the middle of a minute: a new process on the same database
+            rt.store.close()
+            rt = Runtime(settings, Store(settings.resolved_database_url))
+        for name, server in servers.items():
+            if name == "b" and minute < 12:
+                continue  # b appears late
+            if name == "a" and minute == 100 and t % 60 == 0:
+                servers["a"] = server = Server(rng, float(t - 3), "current", "llama", 4096)  # vLLM restart
+            assert rt.scrapers[name].ingest(server.step(rng.randint(0, 8)), "text/plain", float(t))
+        now = t + 3.0  # passes at seconds 3, 18, 33, 48: the first is inside the previous minute's grace
+        if minute % 5 == 0 or 25 <= minute <= 35 or 88 <= minute <= 93:
+            rt.refresh_snapshot(now)
+            for w in compared:
+                got = rt.report_from_sums(w, now)
+                if got is None:
+                    fallbacks += 1
+                    assert 90 <= minute <= 91, (minute, w)  # only the restarted collector's first minutes
+                    continue
+                if w <= settings.sliding_horizon:
+                    want = build_report(rt.sliding_cells(now, w), w, 0, 0, rt.business_type_of)
+                else:
+                    start, end = window_bounds(now, w)
+                    want = build_report(rt.store.read_window(start, end), w, start, end, rt.business_type_of)
+                assert business_types(got) == business_types(want), (minute, w)
+                assert {b.business_type for b in got.business_types} >= {"chat", "unassigned"}
+                # the groups, derived when read, are those of every series
+                assert rounded([dataclasses.asdict(g) for g in got.groups]) == rounded(
+                    [dataclasses.asdict(g) for g in want.groups]
+                ), (minute, w)
+                compared[w] += 1
+        t += 15
+    assert all(n > 100 for n in compared.values()), compared
+    assert fallbacks > 0  # the collector restart's open minute was merged from the series
+    chat = next(b for b in rt.snapshot.reports[300.0].business_types if b.business_type == "chat")
+    assert chat.stats.latencies["ttft"].mixed_bucket_layouts  # 0.6 and current in one business type
+
+
+def test_a_sum_is_gone_when_its_last_series_is_and_counts_add_back_exactly() -> None:
+    key = ("chat", "ttft", (0.1, 1.0))
+    sums = FoldedSums()
+    a = Cell(Kind.HISTOGRAM, value=3, sum=1.5, buckets=[1, 2, 3])
+    b = Cell(Kind.HISTOGRAM, value=2, sum=0.25, buckets=[2, 2, 2])
+    sums.add(key, a)
+    sums.add(key, b)
+    assert sums.cells[key].buckets == [3, 4, 5] and sums.members[key] == 2
+    sums.subtract(key, a)
+    assert sums.cells[key].buckets == [2, 2, 2] and sums.cells[key].value == 2
+    copy = sums.copy()
+    sums.subtract(key, b)
+    assert key not in sums.cells  # no series left: absent, not a zero histogram
+    assert copy.cells[key].buckets == [2, 2, 2]  # copies do not share their lists
