@@ -20,7 +20,7 @@ import httpx
 
 from collector import conventions as conv
 from collector.analytics.histsums import Fold, OpenHistograms, SlidingHistograms
-from collector.analytics.running import RunningWindows
+from collector.analytics.running import ClosedView, RunningWindows
 from collector.analytics.running import add as add_cells
 from collector.analytics.serving import LazyGroups, ServingReport, build_report, build_report_from_sums
 from collector.config import Settings, TargetConfig
@@ -50,7 +50,7 @@ from collector.drift.compare import (
 )
 from collector.drift.monitor import DriftMonitor
 from collector.fleetmap import FleetMap
-from collector.rollup import MINUTE_SECONDS, Row, SeriesCell, SeriesIdent, period_start
+from collector.rollup import MINUTE_SECONDS, Cell, Row, SeriesCell, SeriesIdent, period_start
 from collector.slo.alerts import AlertBook, deliver
 from collector.slo.evaluate import Events, SloStatus, evaluate, period_bounds, period_events
 from collector.slo.incidents import (
@@ -66,9 +66,9 @@ from collector.slo.incidents import (
 from collector.slo.ledger import SloLedger
 from collector.slo.spec import Objective, SloRules, load_rules
 from collector.sources.dcgm import USED_RATIO
-from collector.sources.scrape import TargetScraper
+from collector.sources.scrape import RecentScrape, TargetScraper
 from collector.sources.scrapeloop import ScrapeLoops
-from collector.sources.vllm import Kind
+from collector.sources.vllm import Kind, SeriesKey
 from collector.store.committer import GroupCommitter
 from collector.store.repository import ScrapeCommit, Store
 from collector.traces.rollup import RequestCell, RequestKey
@@ -438,36 +438,51 @@ class Runtime:
         seconds = max(60, end_unix - start_unix)
         return build_report(cells, seconds, start_unix, end_unix, self.business_type_of, business_type)
 
-    def pass_report(self, window_seconds: float, now_unix: float) -> ServingReport:
+    def pass_view(self, now_unix: float) -> PassView:
+        """What the windows hold at `now`, kept for the (target, model) groups derived later."""
+        closed = {w: v for w in self.running.windows if (v := self.running.view(w, now_unix)) is not None}
+        from_minute = min((v.closed_end for v in closed.values()), default=None)
+        return PassView(
+            now_unix,
+            recent_of(self.scrapers),
+            closed,
+            open_of(self.scrapers, from_minute) if from_minute is not None else [],
+        )
+
+    def pass_report(self, window_seconds: float, now_unix: float, view: PassView | None = None) -> ServingReport:
         """The whole fleet's report over one configured window, as a derive pass publishes it:
         the business types from the histogram sums and the counters and gauges of each series,
-        the (target, model) groups when first read. Where the sums cannot answer (a `now` they
-        have not seen, a minute read back from the store) the report merges every series."""
-        report = self.report_from_sums(window_seconds, now_unix)
+        the (target, model) groups when first read, from the `view` the pass took. Where the sums
+        cannot answer (a `now` they have not seen, a minute read back from the store) the report
+        merges every series."""
+        report = self.report_from_sums(window_seconds, now_unix, view)
         return report if report is not None else self.report(window_seconds, now_unix, lazy_groups=True)
 
-    def report_from_sums(self, window_seconds: float, now_unix: float) -> ServingReport | None:
+    def report_from_sums(
+        self, window_seconds: float, now_unix: float, view: PassView | None = None
+    ) -> ServingReport | None:
         """`pass_report` from the histogram sums, or None where they cannot answer."""
         w = window_seconds
+        seen = view if view is not None else self.pass_view(now_unix)
         if w <= self.settings.sliding_horizon:
             sums = self.sliding_histograms.sums(w, now_unix)
             if sums is None:
                 return None
-            scalars = self.sliding_cells(now_unix, w, histograms=False)
+            scalars = sliding_cells(seen.recent, now_unix, w, histograms=False)
             start, end = int(now_unix - w), int(now_unix)
         else:
             start, end = window_bounds(now_unix, w)
             closed_sums = self.running.closed_histograms(w, now_unix)
-            closed = self.running.closed(w, now_unix, histograms=False)
-            if closed_sums is None or closed is None:
+            closed = seen.closed.get(int(w))
+            if closed_sums is None or closed is None or closed_sums[0] != closed.closed_end:
                 return None
-            closed_end, sums = closed_sums
-            open_sums = self.open_histograms.since(closed_end)
+            sums = closed_sums[1]
+            open_sums = self.open_histograms.since(closed.closed_end)
             if open_sums is None:
                 return None
             sums.plus(open_sums)
-            merged = {(sc.target, sc.ident): sc for sc in closed[1]}  # copies already: merge into them
-            add_cells(merged, self.open_cells(closed_end, histograms=False))
+            merged = {(sc.target, sc.ident): sc for sc in closed.copies(histograms=False)}
+            add_cells(merged, open_cells(seen.open, closed.closed_end, histograms=False))
             scalars = list(merged.values())
         return build_report_from_sums(
             scalars,
@@ -476,87 +491,53 @@ class Runtime:
             start,
             end,
             self.business_type_of,
-            lambda: self.window_cells(w, now_unix),
+            lambda: self.window_cells(w, now_unix, view=seen),
         )
 
     def window_cells(
-        self, window_seconds: float, now_unix: float, target: str | None = None, model: str | None = None
+        self,
+        window_seconds: float,
+        now_unix: float,
+        target: str | None = None,
+        model: str | None = None,
+        view: PassView | None = None,
     ) -> list[SeriesCell]:
-        """Every series' cells of the window at `now`, merged per series (blocking: may read the
-        database). Windows up to `sliding_horizon` slide over the scrapes of the last
-        `window_seconds` (in memory). Longer configured windows are the running sums of their
-        closed minutes plus the open minutes the scrapers keep in memory; any other window
-        merges stored minute rollups."""
+        """Every series' cells of the window at `now` (as the pass that took `view` saw them),
+        merged per series (blocking: may read the database). Windows up to `sliding_horizon`
+        slide over the scrapes of the last `window_seconds` (in memory). Longer configured windows
+        are the running sums of their closed minutes plus the open minutes the scrapers keep in
+        memory; any other window merges stored minute rollups."""
         if window_seconds <= self.settings.sliding_horizon:
-            return self.sliding_cells(now_unix, window_seconds, target, model)
-        closed = self.running.closed(window_seconds, now_unix)
+            recent = view.recent if view is not None else recent_of(self.scrapers, target)
+            return sliding_cells(recent, now_unix, window_seconds, target, model)
+        closed = (
+            view.closed.get(int(window_seconds)) if view is not None else self.running.view(window_seconds, now_unix)
+        )
         if closed is None:
             start, end = window_bounds(now_unix, window_seconds)
             return self.store.read_window(start, end, target=target, model=model)
-        closed_end, cells = closed
+        cells = closed.copies()
         if target is not None or model is not None:
             cells = [
                 sc
                 for sc in cells
                 if (target is None or sc.target == target) and (model is None or sc.ident.key.model == model)
             ]
+        kept = view.open if view is not None else open_of(self.scrapers, closed.closed_end, target)
         merged = {(sc.target, sc.ident): sc for sc in cells}  # copies already: merge into them
-        add_cells(merged, self.open_cells(closed_end, target, model))
+        add_cells(merged, open_cells(kept, closed.closed_end, target, model))
         return list(merged.values())
 
     def sliding_cells(
-        self,
-        now_unix: float,
-        window_seconds: float,
-        target: str | None = None,
-        model: str | None = None,
-        histograms: bool = True,
+        self, now_unix: float, window_seconds: float, target: str | None = None, model: str | None = None
     ) -> list[SeriesCell]:
-        """Every series' deltas from the scrapes in (now - window, now], merged per target
-        (without `histograms`: the counters and gauges).
+        """Every series' deltas from the scrapes in (now - window, now], merged per target."""
+        return sliding_cells(recent_of(self.scrapers, target), now_unix, window_seconds, target, model)
 
-        Each scrape's delta covers the time since the scrape before it, so the window covers
-        `window_seconds` within one scrape interval, and rates divide by exactly that time."""
-        out: list[SeriesCell] = []
-        since = now_unix - window_seconds
-        for name, scraper in self.scrapers.items():
-            if target is not None and name != target:
-                continue
-            merged: dict[SeriesIdent, SeriesCell] = {}
-            for scrape in list(scraper.recent):
-                if not since < scrape.unix <= now_unix:
-                    continue
-                for ident, cell in scrape.cells.items():
-                    if model is not None and ident.key.model != model:
-                        continue
-                    if not histograms and ident.kind is Kind.HISTOGRAM:
-                        continue
-                    have = merged.get(ident)
-                    if have is None:
-                        merged[ident] = SeriesCell(name, ident, scrape.units.get(ident.key, ""), cell.copy())
-                    else:
-                        have.cell.merge(cell)
-            out.extend(merged.values())
-        return out
-
-    def open_cells(
-        self, from_minute: int, target: str | None = None, model: str | None = None, histograms: bool = True
-    ) -> list[SeriesCell]:
+    def open_cells(self, from_minute: int, target: str | None = None, model: str | None = None) -> list[SeriesCell]:
         """The stored cells of the minutes from `from_minute` on that the scrapers keep in memory
-        (the minute being written and the one before it; without `histograms`: counters and gauges)."""
-        out: list[SeriesCell] = []
-        for name, scraper in self.scrapers.items():
-            if target is not None and name != target:
-                continue
-            idents, units = scraper.idents, scraper.units
-            for _, cells in scraper.open_minute.stored(from_minute):
-                for sid, cell in cells:
-                    ident = idents.get(sid)
-                    if ident is None or (model is not None and ident.key.model != model):
-                        continue
-                    if histograms or ident.kind is not Kind.HISTOGRAM:
-                        out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
-        return out
+        (the minute being written and the one before it)."""
+        return open_cells(open_of(self.scrapers, from_minute, target), from_minute, target, model)
 
     def open_rows(self, start: int, end: int, metrics: frozenset[str]) -> list[Row] | None:
         """The stored cells of `metrics` in the minutes of [start, end) the scrapers keep in
@@ -592,7 +573,8 @@ class Runtime:
     def refresh_snapshot(self, now_unix: float) -> Snapshot:
         self.advance_cost_meter(now_unix)
         self.running.advance(now_unix)
-        reports = {w: self.pass_report(w, now_unix) for w in self.settings.windows}
+        view = self.pass_view(now_unix)
+        reports = {w: self.pass_report(w, now_unix, view) for w in self.settings.windows}
         # /metrics shows the per-(target, model) figures of a fleet up to metrics_target_limit
         # pairs: derived here, so that a scrape of llmslo does not wait for them; a larger fleet's
         # are derived for the first reader of the fleet view (/api/v1/serving), if any
@@ -726,3 +708,89 @@ class Runtime:
     @staticmethod
     def now() -> float:
         return time.time()
+
+
+Recent = list[tuple[str, list[RecentScrape]]]  # per target, its recent scrapes
+Kept = list[tuple[str, dict[int, SeriesIdent], dict[SeriesKey, str], list[tuple[int, dict[int, Cell]]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class PassView:
+    """What a derive pass read, kept for the (target, model) groups derived when first read
+    (collector/analytics/serving.py: LazyGroups): each target's recent scrapes, the running
+    windows' closed minutes and copies of the open minutes' cells, as they were at `now_unix`."""
+
+    now_unix: float
+    recent: Recent
+    closed: dict[int, ClosedView]
+    open: Kept
+
+
+def recent_of(scrapers: dict[str, TargetScraper], target: str | None = None) -> Recent:
+    return [(name, list(s.recent)) for name, s in scrapers.items() if target is None or name == target]
+
+
+def open_of(scrapers: dict[str, TargetScraper], from_minute: int, target: str | None = None) -> Kept:
+    """Copies of the minutes from `from_minute` on that each scraper keeps (the minute being
+    written and the one before it); the scrapers go on adding to theirs."""
+    return [
+        (name, s.idents, s.units, [(minute, dict(cells)) for minute, cells in s.open_minute.kept(from_minute)])
+        for name, s in scrapers.items()
+        if target is None or name == target
+    ]
+
+
+def sliding_cells(
+    recent: Recent,
+    now_unix: float,
+    window_seconds: float,
+    target: str | None = None,
+    model: str | None = None,
+    histograms: bool = True,
+) -> list[SeriesCell]:
+    """Every series' deltas from the scrapes in (now - window, now], merged per target (without
+    `histograms`: the counters and gauges).
+
+    Each scrape's delta covers the time since the scrape before it, so the window covers
+    `window_seconds` within one scrape interval, and rates divide by exactly that time."""
+    out: list[SeriesCell] = []
+    since = now_unix - window_seconds
+    for name, scrapes in recent:
+        if target is not None and name != target:
+            continue
+        merged: dict[SeriesIdent, SeriesCell] = {}
+        for scrape in scrapes:
+            if not since < scrape.unix <= now_unix:
+                continue
+            for ident, cell in scrape.cells.items():
+                if model is not None and ident.key.model != model:
+                    continue
+                if not histograms and ident.kind is Kind.HISTOGRAM:
+                    continue
+                have = merged.get(ident)
+                if have is None:
+                    merged[ident] = SeriesCell(name, ident, scrape.units.get(ident.key, ""), cell.copy())
+                else:
+                    have.cell.merge(cell)
+        out.extend(merged.values())
+    return out
+
+
+def open_cells(
+    kept: Kept, from_minute: int, target: str | None = None, model: str | None = None, histograms: bool = True
+) -> list[SeriesCell]:
+    """The kept open minutes' cells from `from_minute` on (without `histograms`: counters and gauges)."""
+    out: list[SeriesCell] = []
+    for name, idents, units, minutes in kept:
+        if target is not None and name != target:
+            continue
+        for minute, cells in minutes:
+            if minute < from_minute:
+                continue
+            for sid, cell in cells.items():
+                ident = idents.get(sid)
+                if ident is None or (model is not None and ident.key.model != model):
+                    continue
+                if histograms or ident.kind is not Kind.HISTOGRAM:
+                    out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
+    return out

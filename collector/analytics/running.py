@@ -22,6 +22,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from collector.analytics.histsums import Fold, FoldedSums
 from collector.rollup import MINUTE_SECONDS, Cell, SeriesCell, SeriesIdent, period_start
@@ -68,8 +69,10 @@ class RunningWindow:
             have = into.get(ref)
             if have is None:
                 into[ref] = SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
-            else:
-                have.cell.merge(sc.cell)
+            else:  # a new cell, never a change in place: a pass's ClosedView keeps the old one
+                merged = have.cell.copy()
+                merged.merge(sc.cell)
+                into[ref] = SeriesCell(sc.target, sc.ident, sc.unit, merged)
             if fold is not None and sc.ident.kind is Kind.HISTOGRAM and (key := fold.key(sc.target, sc.ident)):
                 folded.add(key, sc.cell, 1 if have is None else 0)
 
@@ -86,7 +89,7 @@ class RunningWindow:
                     folded.subtract(key, have.cell, 1)  # the series leaves with all it still held
                 else:
                     folded.subtract(key, sc.cell, 0)
-            remove(self.cells, (sc,))
+            remove(self.cells, (sc,), in_place=False)
 
     def note_grace(self) -> None:
         """What `remove(oldest)` would take from the folded sums (read while the previous minute
@@ -121,12 +124,15 @@ def add(into: dict[SeriesRef, SeriesCell], cells: Iterable[SeriesCell]) -> None:
             have.cell.merge(sc.cell)
 
 
-def remove(into: dict[SeriesRef, SeriesCell], cells: Iterable[SeriesCell]) -> None:
+def remove(into: dict[SeriesRef, SeriesCell], cells: Iterable[SeriesCell], in_place: bool = True) -> None:
+    """Take `cells` out of `into` (without `in_place`, a changed series gets a new cell)."""
     for sc in cells:
         ref = (sc.target, sc.ident)
         have = into.get(ref)
         if have is None:
             continue
+        if not in_place:
+            have = into[ref] = SeriesCell(have.target, have.ident, have.unit, have.cell.copy())
         subtract(have.cell, sc.cell)
         c = have.cell
         if c.observed_seconds <= 1e-9 and c.n <= 0:
@@ -227,16 +233,14 @@ class RunningWindows:
             for w in self.windows.values():
                 sc = w.cells.get(ref)
                 if sc is not None:
-                    _min_max(sc.cell, minutes, self.closed_end - w.span)
+                    cell = sc.cell.copy()  # copy-on-write, as in RunningWindow.add
+                    _min_max(cell, minutes, self.closed_end - w.span, self.closed_end)
+                    w.cells[ref] = SeriesCell(sc.target, sc.ident, sc.unit, cell)
 
-    def closed(self, seconds: float, now_unix: float, histograms: bool = True) -> tuple[int, list[SeriesCell]] | None:
-        """(end of the closed minutes, copies of the cells of the window's closed minutes at `now`),
-        or None when this window is not kept here or `now` is not where the sums are; without
-        `histograms`, the counters and gauges only (`closed_histograms` has their sums).
-
-        The report's window is the minute running at `now` plus the `seconds - 60` before it;
-        while the previous minute is still in its grace it is open too, and the closed part is
-        one minute shorter (the oldest minute is taken out of the copy)."""
+    def view(self, seconds: float, now_unix: float) -> ClosedView | None:
+        """The window's closed minutes as they are at `now`, kept as they are (the windows change
+        their series copy-on-write): what `closed` copies from, now or later. None when this
+        window is not kept here or `now` is not where the sums are."""
         w = self.windows.get(int(seconds))
         if w is None:
             return None
@@ -244,18 +248,22 @@ class RunningWindows:
             closed_end = self.closed_end
             if closed_end is None or self.closed_before(now_unix) != closed_end:
                 return None
-            cells = {
-                ref: SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
-                for ref, sc in w.cells.items()
-                if histograms or sc.ident.kind is not Kind.HISTOGRAM
-            }
-            current = period_start(now_unix)
-            if closed_end < current:  # the previous minute is still open: drop the oldest closed one
-                remove(cells, w.oldest)
-                for ref, sc in cells.items():
-                    if sc.ident.kind is Kind.GAUGE and ref in self.gauge_minutes:
-                        _min_max(sc.cell, self.gauge_minutes[ref], closed_end - w.span + MINUTE_SECONDS)
-            return closed_end, list(cells.values())
+            in_grace = closed_end < period_start(now_unix)  # the previous minute is still open
+            gauges = {}
+            if in_grace:
+                gauges = {
+                    ref: tuple(self.gauge_minutes[ref])
+                    for ref, sc in w.cells.items()
+                    if sc.ident.kind is Kind.GAUGE and ref in self.gauge_minutes
+                }
+            return ClosedView(closed_end, w.span, dict(w.cells), w.oldest if in_grace else [], gauges)
+
+    def closed(self, seconds: float, now_unix: float, histograms: bool = True) -> tuple[int, list[SeriesCell]] | None:
+        """(end of the closed minutes, copies of the cells of the window's closed minutes at `now`),
+        or None when this window is not kept here or `now` is not where the sums are; without
+        `histograms`, the counters and gauges only (`closed_histograms` has their sums)."""
+        view = self.view(seconds, now_unix)
+        return None if view is None else (view.closed_end, view.copies(histograms))
 
     def closed_histograms(self, seconds: float, now_unix: float) -> tuple[int, FoldedSums] | None:
         """Like `closed`, the window's histograms summed per business type (a copy), from the
@@ -273,7 +281,37 @@ class RunningWindows:
             return closed_end, sums
 
 
-def _min_max(cell: Cell, minutes: Iterable[tuple[int, float, float]], start: int) -> None:
-    inside = [(lo, hi) for m, lo, hi in minutes if m >= start]
+class ClosedView(NamedTuple):
+    """One window's closed minutes at one moment (see RunningWindows.view).
+
+    The report's window is the minute running at `now` plus the `seconds - 60` before it; while
+    the previous minute is still in its grace it is open too, and the closed part is one minute
+    shorter: `oldest` is then the minute taken out, and `gauges` the per-minute extremes that give
+    the gauges' min and max without it."""
+
+    closed_end: int
+    span: int
+    cells: dict[SeriesRef, SeriesCell]  # as kept: never changed, read only
+    oldest: list[SeriesCell]
+    gauges: dict[SeriesRef, tuple[tuple[int, float, float], ...]]
+
+    def copies(self, histograms: bool = True) -> list[SeriesCell]:
+        """Copies of the window's closed cells (without `histograms`: counters and gauges)."""
+        cells = {
+            ref: SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
+            for ref, sc in self.cells.items()
+            if histograms or sc.ident.kind is not Kind.HISTOGRAM
+        }
+        if self.oldest:
+            remove(cells, self.oldest)
+            start = self.closed_end - self.span + MINUTE_SECONDS
+            for ref, sc in cells.items():
+                if sc.ident.kind is Kind.GAUGE and ref in self.gauges:
+                    _min_max(sc.cell, self.gauges[ref], start, self.closed_end)
+        return list(cells.values())
+
+
+def _min_max(cell: Cell, minutes: Iterable[tuple[int, float, float]], start: int, end: int) -> None:
+    inside = [(lo, hi) for m, lo, hi in minutes if start <= m < end]
     cell.gmin = min((lo for lo, _ in inside), default=math.nan)
     cell.gmax = max((hi for _, hi in inside), default=math.nan)

@@ -127,6 +127,8 @@ def timed_get(url: str, runs: int = 3) -> tuple[float, int]:
         times.append(time.perf_counter() - t0)
         r.raise_for_status()
         size = len(r.content)
+    if runs > 1:
+        print(f"  GET {url.split('/', 3)[-1]}: " + ", ".join(f"{t * 1000:.0f}" for t in times) + " ms")
     return statistics.median(times) * 1000, size
 
 

@@ -148,3 +148,45 @@ def test_a_sum_is_gone_when_its_last_series_is_and_counts_add_back_exactly() -> 
     sums.subtract(key, b)
     assert key not in sums.cells  # no series left: absent, not a zero histogram
     assert copy.cells[key].buckets == [2, 2, 2]  # copies do not share their lists
+
+
+def test_a_passs_groups_read_minutes_later_are_those_of_its_moment_without_reading_the_store(
+    tmp_path: Path,
+) -> None:
+    """The fleet view derives a pass's (target, model) groups when first read, which may be after
+    later passes moved the running windows on by a minute: the pass kept what it saw."""
+    # a fleet larger than /metrics shows (metrics_target_limit): the groups wait for a reader
+    settings = settings_for(tmp_path).model_copy(
+        update={"server": settings_for(tmp_path).server.model_copy(update={"metrics_target_limit": 1})}
+    )
+    rt = Runtime(settings)
+    rng = random.Random(7)
+    servers = {
+        "a": Server(rng, T0 - 10, "current", "llama", 4096),
+        "b": Server(rng, T0 - 10, "current", "mixtral", 4096),
+    }
+    kept: list[tuple[float, Any, Any]] = []
+    t = T0
+    while t < T0 + 40 * 60:
+        for name, server in servers.items():
+            assert rt.scrapers[name].ingest(server.step(rng.randint(1, 8)), "text/plain", float(t))
+        now = t + 3.0
+        snap = rt.refresh_snapshot(now)
+        if (t - T0) // 60 in (25, 30) and t % 60 in (0, 15):  # in and out of a minute's grace
+            for w, report in snap.reports.items():
+                want = rt.report(w, now)  # every series, at the pass's moment
+                kept.append((w, report, want))
+        t += 15
+    assert len(kept) == 4 * 3
+    reads = rt.store.read_window
+
+    def no_store_reads(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a kept pass read the store")
+
+    rt.store.read_window = no_store_reads  # type: ignore[method-assign]
+    for w, report, want in kept:
+        assert "not derived yet" in repr(report.groups)
+        got = [dataclasses.asdict(g) for g in report.groups]  # derived now, ten minutes later
+        assert rounded(got) == rounded([dataclasses.asdict(g) for g in want.groups]), w
+        assert len(got) == 2
+    rt.store.read_window = reads  # type: ignore[method-assign]
