@@ -66,7 +66,8 @@ from collector.slo.incidents import (
 from collector.slo.ledger import SloLedger
 from collector.slo.spec import Objective, SloRules, load_rules
 from collector.sources.dcgm import USED_RATIO
-from collector.sources.scrape import RecentScrape, TargetScraper
+from collector.sources.httpget import Target as HttpTarget
+from collector.sources.scrape import RecentScrape, TargetScraper, request_headers
 from collector.sources.scrapeloop import ScrapeLoops
 from collector.sources.vllm import Kind, SeriesKey
 from collector.store.committer import GroupCommitter
@@ -252,13 +253,9 @@ class Runtime:
             limit = max([self.settings.target_timeout(t) for t in self.settings.targets] + [1.0]) + 5.0
             await asyncio.wait(set(self.inflight), timeout=limit)
 
-    def _scrape_client(self, target: TargetConfig) -> httpx.AsyncClient:
-        """A client per target, as Prometheus keeps a connection per target: its pool holds that
-        one keep-alive connection, so no request ever searches (or waits in) a pool shared by a
-        thousand others."""
-        interval = self.settings.target_interval(target)
-        limits = httpx.Limits(max_connections=2, max_keepalive_connections=1, keepalive_expiry=2 * interval + 5)
-        return httpx.AsyncClient(follow_redirects=False, trust_env=False, verify=self.tls, limits=limits)
+    def _scrape_client(self, target: TargetConfig) -> HttpTarget:
+        """A kept connection per target, as Prometheus keeps one (collector/sources/httpget.py)."""
+        return HttpTarget(target.url, request_headers(self.settings.target_timeout(target)), self.tls)
 
     async def close(self) -> None:
         await self.drain()

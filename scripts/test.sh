@@ -22,6 +22,7 @@ command -v prometheus-alertmanager >/dev/null 2>&1 || PACKAGES="$PACKAGES promet
 command -v chromium >/dev/null 2>&1 || PACKAGES="$PACKAGES chromium"
 command -v docker-compose >/dev/null 2>&1 || PACKAGES="$PACKAGES docker-compose"
 command -v npm >/dev/null 2>&1 || PACKAGES="$PACKAGES nodejs npm"
+command -v openssl >/dev/null 2>&1 || PACKAGES="$PACKAGES openssl"  # a certificate for the HTTPS scrape test
 if [ -n "$PACKAGES" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing Debian's$PACKAGES"
   apt-get update -qq >/dev/null || true

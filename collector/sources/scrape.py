@@ -15,14 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import httpx
-
 from collector import conventions as conv
 from collector.config import Settings, TargetConfig
 from collector.rollup import Cell, DeltaTracker, SeriesIdent
 from collector.secrets import redact_url, scrub
 from collector.sources.dcgm import read_dcgm
 from collector.sources.expfmt import ExpositionError
+from collector.sources.httpget import FetchError
+from collector.sources.httpget import Target as HttpTarget
 from collector.sources.vllm import EngineSnapshot, SeriesKey, SlotCache, new_cache, read_scrape
 from collector.store.committer import GroupCommitter
 from collector.store.repository import OpenMinute, ScrapeCommit, Store
@@ -30,6 +30,16 @@ from collector.store.repository import OpenMinute, ScrapeCommit, Store
 log = logging.getLogger(__name__)
 
 ACCEPT = "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+
+
+def request_headers(timeout_seconds: float) -> dict[str, str]:
+    """What every scrape sends, as Prometheus does (the timeout header lets a server cut its work)."""
+    return {
+        "User-Agent": "llmslo",
+        "Accept": ACCEPT,
+        "Accept-Encoding": "gzip",
+        "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout_seconds:g}",
+    }
 
 
 class ScrapeError(Exception):
@@ -79,7 +89,7 @@ class TargetScraper:
         target: TargetConfig,
         settings: Settings,
         store: Store,
-        client: httpx.AsyncClient | None = None,
+        client: HttpTarget | None = None,
         committer: GroupCommitter | None = None,
     ) -> None:
         self.target = target
@@ -212,52 +222,17 @@ class TargetScraper:
     async def _fetch(self) -> tuple[bytes, str | None]:
         if self.client is None:
             raise ScrapeError(conv.REASON_CONNECT, "this scraper has no HTTP client (ingest-only)")
-        limit = self.settings.scrape.max_body_bytes
-        headers = {
-            "Accept": ACCEPT,
-            "Accept-Encoding": "gzip",
-            "X-Prometheus-Scrape-Timeout-Seconds": f"{self.timeout:g}",
-        }
         try:
             async with asyncio.timeout(self.timeout):
-                try:
-                    return await self._get(headers, limit)
-                except (httpx.RemoteProtocolError, httpx.ReadError):
-                    # The keep-alive connection was closed by the server while idle (uvicorn, which
-                    # vLLM runs on, closes after 5 s) just as it was reused. A GET is safe to repeat:
-                    # once, on a new connection, within the same timeout (Go's client, and so
-                    # Prometheus, does the same).
-                    return await self._get(headers, limit)
+                answer = await self.client.get(self.settings.scrape.max_body_bytes)
         except TimeoutError:
             raise ScrapeError(conv.REASON_TIMEOUT, f"no complete answer within {self.timeout:g}s") from None
-        except httpx.TimeoutException:
-            raise ScrapeError(conv.REASON_TIMEOUT, f"no complete answer within {self.timeout:g}s") from None
-        except httpx.HTTPError as exc:
-            raise ScrapeError(conv.REASON_CONNECT, f"{type(exc).__name__}: {exc}") from None
-
-    async def _get(self, headers: dict[str, str], limit: int) -> tuple[bytes, str | None]:
-        assert self.client is not None
-        async with self.client.stream("GET", self.target.url, headers=headers, timeout=self.timeout) as resp:
-            if resp.status_code != 200:
-                raise ScrapeError(conv.REASON_HTTP_STATUS, f"HTTP {resp.status_code} from {self.status.url}")
-            declared = resp.headers.get("content-length")
-            if declared and declared.isdigit() and int(declared) > limit:
-                raise ScrapeError(
-                    conv.REASON_TOO_LARGE,
-                    f"body of {declared} bytes exceeds the limit of {limit} bytes",
-                )
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in resp.aiter_bytes():
-                size += len(chunk)
-                if size > limit:
-                    raise ScrapeError(
-                        conv.REASON_TOO_LARGE,
-                        f"body exceeds the limit of {limit} bytes (after decompression)",
-                    )
-                chunks.append(chunk)
-            self.status.body_bytes = size
-            return b"".join(chunks), resp.headers.get("content-type")
+        except FetchError as exc:
+            raise ScrapeError(exc.reason, exc.message) from None
+        if answer.status != 200:
+            raise ScrapeError(conv.REASON_HTTP_STATUS, f"HTTP {answer.status} from {self.status.url}")
+        self.status.body_bytes = len(answer.body)
+        return answer.body, answer.headers.get("content-type")
 
     async def _commit(self, snapshot: EngineSnapshot, now: float) -> None:
         item = self._prepare(snapshot, now)
