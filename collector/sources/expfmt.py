@@ -13,6 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
+try:  # the steady-state scan in C (collector/sources/_expscan.c), when it was built
+    from collector.sources import _expscan
+except ImportError:  # pragma: no cover - built wherever a C compiler was found at install
+    _expscan = None  # type: ignore[assignment]
+SCANNER_BUILT = _expscan is not None
+
 Labels = tuple[tuple[str, str], ...]
 
 TEXT_FORMAT = "text"
@@ -145,6 +151,13 @@ def scan(
     `sample_limit` samples (0: no limit) is an error, raised as soon as the limit is passed.
     """
     entries = cache.entries
+    if _expscan is not None and fmt == TEXT_FORMAT and entries:
+        # the steady state in C: every sample line a series already in the cache (None: not so,
+        # or a problem; the loop below then parses the new series or names the bad line)
+        known: dict[str, str] = {}
+        fast = _expscan.scan(text, entries, sample_limit, lambda line, n: _parse_comment(line, n, known))
+        if fast is not None:
+            return fast, known
     out: list[tuple[T, float, int, str]] = []
     append = out.append
     types: dict[str, str] = {}

@@ -114,6 +114,63 @@ def test_the_exposition_parser_agrees_with_prometheus_client_or_rejects_with_a_l
         read_scrape(text, sample_limit=1000, model_limit=8)
 
 
+def _scan_both(first: str, second: str) -> tuple[object, object]:
+    """`second` scanned with the cache `first` filled, by the C fast path (when it takes it) and
+    by the pure-Python scanner: (result or error) of each."""
+    from collector.sources import expfmt
+
+    def run(text: str, cache: expfmt.SeriesCache[object]) -> object:
+        try:
+            out, types = expfmt.scan(text, expfmt.TEXT_FORMAT, cache, lambda name, labels, line: (name, labels), 5)
+            return [(hit, repr(v), line, key) for hit, v, line, key in out], types
+        except ExpositionError as exc:
+            return ("error", exc.reason, exc.line, str(exc))
+
+    cache: expfmt.SeriesCache[object] = expfmt.SeriesCache()
+    run(first, cache)
+    warm = dict(cache.entries)
+    fast = run(second, cache)
+    built, expfmt._expscan = expfmt._expscan, None  # type: ignore[assignment]
+    try:
+        plain = run(second, expfmt.SeriesCache(entries=warm))
+    finally:
+        expfmt._expscan = built
+    return fast, plain
+
+
+@FUZZ
+@given(exposition(), exposition(), st.booleans())
+def test_the_c_scan_of_a_known_target_gives_what_the_python_scan_gives(first: str, other: str, same: bool) -> None:
+    """A target's second scrape: the same lines with other values (the steady state the C path
+    takes), or another body (new series, bad lines: it must hand those to the Python scanner)."""
+    second = first if same else other
+    if same:  # every value changed: what a scrape 15 s later looks like
+        second = "\n".join(
+            line.rsplit(" ", 1)[0] + " 7.5" if line and not line.startswith("#") and " " in line else line
+            for line in first.split("\n")
+        )
+    fast, plain = _scan_both(first, second)
+    assert fast == plain
+
+
+def test_the_c_scan_takes_a_steady_vllm_scrape_and_hands_over_a_new_series() -> None:
+    from collector.sources import expfmt
+    from tests.vllm_fixtures import FAMILIES, render, workload
+
+    if not expfmt.SCANNER_BUILT:
+        if os.environ.get("CI") == "true":
+            raise AssertionError("the C scanner was not built (a C compiler is needed at install)")
+        return
+    body = render(FAMILIES["0.33"], {("m", "0"): workload(3)})
+    cache: expfmt.SeriesCache[object] = expfmt.SeriesCache()
+    expfmt.scan(body, expfmt.TEXT_FORMAT, cache, lambda name, labels, line: name)
+    assert expfmt._expscan.scan(body, cache.entries, 0, lambda line, n: None) is not None  # the steady state
+    grown = body + 'vllm:num_requests_running{model_name="new"} 1\n'
+    assert expfmt._expscan.scan(grown, cache.entries, 0, lambda line, n: None) is None  # a new series
+    fast, plain = _scan_both(body, grown)
+    assert fast == plain
+
+
 ATTR_KEYS = st.sampled_from(
     [
         "gen_ai.operation.name",

@@ -1,0 +1,8 @@
+"""Type stub of the C steady-state scanner (_expscan.c)."""
+
+from collections.abc import Callable
+from typing import Any
+
+def scan(
+    text: str, entries: dict[str, Any], sample_limit: int, comment: Callable[[str, int], None], /
+) -> list[tuple[Any, float, int, str]] | None: ...
