@@ -415,12 +415,16 @@ class Runtime:
     ) -> ServingReport:
         """Derived serving metrics over one window (blocking: may read the database; see
         `window_cells`); with `lazy_groups`, the (target, model) groups are derived when first read."""
-        if window_seconds <= self.settings.sliding_horizon:
-            start, end = int(now_unix - window_seconds), int(now_unix)
-        else:
-            start, end = window_bounds(now_unix, window_seconds)
+        start, end = self.window_span(window_seconds, now_unix)
         cells = self.window_cells(window_seconds, now_unix, target, model)
         return build_report(cells, window_seconds, start, end, self.business_type_of, business_type, lazy_groups)
+
+    def window_span(self, window_seconds: float, now_unix: float) -> tuple[int, int]:
+        """[start, end) of a window at `now`: a sliding window ends now, a longer one with the
+        minute holding `now` (`window_bounds`)."""
+        if window_seconds <= self.settings.sliding_horizon:
+            return int(now_unix - window_seconds), int(now_unix)
+        return window_bounds(now_unix, window_seconds)
 
     def report_between(
         self,
@@ -466,9 +470,7 @@ class Runtime:
             if sums is None:
                 return None
             scalars = sliding_cells(seen.recent, now_unix, w, histograms=False)
-            start, end = int(now_unix - w), int(now_unix)
         else:
-            start, end = window_bounds(now_unix, w)
             closed_sums = self.running.closed_histograms(w, now_unix)
             closed = seen.closed.get(int(w))
             if closed_sums is None or closed is None or closed_sums[0] != closed.closed_end:
@@ -481,6 +483,7 @@ class Runtime:
             merged = {(sc.target, sc.ident): sc for sc in closed.copies(histograms=False)}
             add_cells(merged, open_cells(seen.open, closed.closed_end, histograms=False))
             scalars = list(merged.values())
+        start, end = self.window_span(w, now_unix)
         return build_report_from_sums(
             scalars,
             sums.by_business_type(),

@@ -20,18 +20,9 @@ from collector.runtime import Runtime, window_bounds
 from collector.sim.exposition import EngineMetrics, render
 from collector.sources.vllm import Kind
 from collector.store.repository import Store
+from tests.rounding import rounded
 
 T0 = 1_800_000_000
-
-
-def rounded(x: Any) -> Any:
-    if isinstance(x, float):
-        return round(x, 6)
-    if isinstance(x, dict):
-        return {k: rounded(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [rounded(v) for v in x]
-    return x
 
 
 class Server:

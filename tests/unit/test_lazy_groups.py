@@ -6,11 +6,9 @@ once per pass."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 from prometheus_client import generate_latest
@@ -23,6 +21,7 @@ from collector.config import Settings
 from collector.runtime import Runtime
 from collector.sim.exposition import EngineMetrics, render
 from tests.embedded import free_port, serving
+from tests.rounding import rounded
 
 
 def fleet(tmp_path: Path, limit: int) -> tuple[Runtime, float]:
@@ -51,18 +50,6 @@ def fleet(tmp_path: Path, limit: int) -> tuple[Runtime, float]:
     return rt, now + 5
 
 
-def rounded(x: Any) -> Any:
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return rounded(dataclasses.asdict(x))
-    if isinstance(x, float):
-        return round(x, 9)
-    if isinstance(x, dict):
-        return {k: rounded(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [rounded(v) for v in x]
-    return x
-
-
 def test_a_large_fleets_groups_wait_for_a_reader_and_equal_those_derived_at_once(tmp_path: Path) -> None:
     rt, now = fleet(tmp_path, limit=2)  # 3 pairs > 2: /metrics leaves them out
     snap = rt.refresh_snapshot(now)
@@ -72,7 +59,7 @@ def test_a_large_fleets_groups_wait_for_a_reader_and_equal_those_derived_at_once
         at_once = rt.report(seconds, now)
         # the business types: in the pass, their histograms from sums kept as scrapes commit
         # (added in another order than a merge of the series: equal to float rounding)
-        assert rounded(report.business_types) == rounded(at_once.business_types)
+        assert rounded(report.business_types, 9) == rounded(at_once.business_types, 9)
         assert tuple(report.groups) == tuple(at_once.groups) and "derived" in repr(report.groups)
         ttft = [g.stats.latencies["ttft"].quantiles[-1].value for g in report.groups]
         assert ttft == sorted(ttft) and ttft[0] < ttft[-1]  # three different targets, not one copied
