@@ -20,7 +20,7 @@ import httpx
 
 from collector import conventions as conv
 from collector.analytics.histsums import Fold, OpenHistograms, SlidingHistograms
-from collector.analytics.running import ClosedView, RunningWindows
+from collector.analytics.running import RunningWindows
 from collector.analytics.running import add as add_cells
 from collector.analytics.serving import LazyGroups, ServingReport, build_report, build_report_from_sums
 from collector.config import Settings, TargetConfig
@@ -50,7 +50,7 @@ from collector.drift.compare import (
 )
 from collector.drift.monitor import DriftMonitor
 from collector.fleetmap import FleetMap
-from collector.rollup import MINUTE_SECONDS, Cell, Row, SeriesCell, SeriesIdent, period_start
+from collector.rollup import MINUTE_SECONDS, Row, SeriesCell, period_start
 from collector.slo.alerts import AlertBook, deliver
 from collector.slo.evaluate import Events, SloStatus, evaluate, period_bounds, period_events
 from collector.slo.incidents import (
@@ -67,15 +67,15 @@ from collector.slo.ledger import SloLedger
 from collector.slo.spec import Objective, SloRules, load_rules
 from collector.sources.dcgm import USED_RATIO
 from collector.sources.httpget import Target as HttpTarget
-from collector.sources.scrape import RecentScrape, TargetScraper, request_headers
+from collector.sources.scrape import TargetScraper, request_headers
 from collector.sources.scrapeloop import ScrapeLoops
-from collector.sources.vllm import Kind, SeriesKey
 from collector.store.committer import GroupCommitter
 from collector.store.repository import ScrapeCommit, Store
 from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.service import TraceIngest
 from collector.traces.store import compact_requests, expire_span_ids, first_request_unix, read_requests
 from collector.traces.summary import RequestSummary, summarize
+from collector.windowcells import PassView, open_cells, open_of, recent_of, sliding_cells
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -708,89 +708,3 @@ class Runtime:
     @staticmethod
     def now() -> float:
         return time.time()
-
-
-Recent = list[tuple[str, list[RecentScrape]]]  # per target, its recent scrapes
-Kept = list[tuple[str, dict[int, SeriesIdent], dict[SeriesKey, str], list[tuple[int, dict[int, Cell]]]]]
-
-
-@dataclass(frozen=True, slots=True)
-class PassView:
-    """What a derive pass read, kept for the (target, model) groups derived when first read
-    (collector/analytics/serving.py: LazyGroups): each target's recent scrapes, the running
-    windows' closed minutes and copies of the open minutes' cells, as they were at `now_unix`."""
-
-    now_unix: float
-    recent: Recent
-    closed: dict[int, ClosedView]
-    open: Kept
-
-
-def recent_of(scrapers: dict[str, TargetScraper], target: str | None = None) -> Recent:
-    return [(name, list(s.recent)) for name, s in scrapers.items() if target is None or name == target]
-
-
-def open_of(scrapers: dict[str, TargetScraper], from_minute: int, target: str | None = None) -> Kept:
-    """Copies of the minutes from `from_minute` on that each scraper keeps (the minute being
-    written and the one before it); the scrapers go on adding to theirs."""
-    return [
-        (name, s.idents, s.units, [(minute, dict(cells)) for minute, cells in s.open_minute.kept(from_minute)])
-        for name, s in scrapers.items()
-        if target is None or name == target
-    ]
-
-
-def sliding_cells(
-    recent: Recent,
-    now_unix: float,
-    window_seconds: float,
-    target: str | None = None,
-    model: str | None = None,
-    histograms: bool = True,
-) -> list[SeriesCell]:
-    """Every series' deltas from the scrapes in (now - window, now], merged per target (without
-    `histograms`: the counters and gauges).
-
-    Each scrape's delta covers the time since the scrape before it, so the window covers
-    `window_seconds` within one scrape interval, and rates divide by exactly that time."""
-    out: list[SeriesCell] = []
-    since = now_unix - window_seconds
-    for name, scrapes in recent:
-        if target is not None and name != target:
-            continue
-        merged: dict[SeriesIdent, SeriesCell] = {}
-        for scrape in scrapes:
-            if not since < scrape.unix <= now_unix:
-                continue
-            for ident, cell in scrape.cells.items():
-                if model is not None and ident.key.model != model:
-                    continue
-                if not histograms and ident.kind is Kind.HISTOGRAM:
-                    continue
-                have = merged.get(ident)
-                if have is None:
-                    merged[ident] = SeriesCell(name, ident, scrape.units.get(ident.key, ""), cell.copy())
-                else:
-                    have.cell.merge(cell)
-        out.extend(merged.values())
-    return out
-
-
-def open_cells(
-    kept: Kept, from_minute: int, target: str | None = None, model: str | None = None, histograms: bool = True
-) -> list[SeriesCell]:
-    """The kept open minutes' cells from `from_minute` on (without `histograms`: counters and gauges)."""
-    out: list[SeriesCell] = []
-    for name, idents, units, minutes in kept:
-        if target is not None and name != target:
-            continue
-        for minute, cells in minutes:
-            if minute < from_minute:
-                continue
-            for sid, cell in cells.items():
-                ident = idents.get(sid)
-                if ident is None or (model is not None and ident.key.model != model):
-                    continue
-                if histograms or ident.kind is not Kind.HISTOGRAM:
-                    out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
-    return out

@@ -85,10 +85,7 @@ class RunningWindow:
                 key = fold.key(sc.target, sc.ident)
             if key is not None:
                 assert have is not None
-                if _leaves(have.cell, sc.cell):
-                    folded.subtract(key, have.cell, 1)  # the series leaves with all it still held
-                else:
-                    folded.subtract(key, sc.cell, 0)
+                folded.subtract(key, *_taken(have.cell, sc.cell))
             remove(self.cells, (sc,), in_place=False)
 
     def note_grace(self) -> None:
@@ -103,15 +100,15 @@ class RunningWindow:
             have = self.cells.get((sc.target, sc.ident))
             key = self.fold.key(sc.target, sc.ident)
             if have is not None and key is not None:
-                if _leaves(have.cell, sc.cell):
-                    grace.add(key, have.cell, 1)
-                else:
-                    grace.add(key, sc.cell, 0)
+                grace.add(key, *_taken(have.cell, sc.cell))
 
 
-def _leaves(have: Cell, gone: Cell) -> bool:
-    """Whether taking `gone` out of `have` leaves nothing of the series in the window (`remove`)."""
-    return have.observed_seconds - gone.observed_seconds <= 1e-9 and have.n - gone.n <= 0
+def _taken(have: Cell, gone: Cell) -> tuple[Cell, int]:
+    """What taking `gone` out of a series' window cell `have` takes from its folded sum, and how
+    many series: when nothing of the series is left (`remove` then drops it), all it held."""
+    if have.observed_seconds - gone.observed_seconds <= 1e-9 and have.n - gone.n <= 0:
+        return have, 1
+    return gone, 0
 
 
 def add(into: dict[SeriesRef, SeriesCell], cells: Iterable[SeriesCell]) -> None:

@@ -1,0 +1,98 @@
+"""Every series' cells of a serving window as the scrapers hold them in memory: each target's
+recent scrapes (the sliding windows) and the minutes it has not closed yet (the long windows'
+open part), and what a derive pass keeps of both for the groups it derives later
+(collector/analytics/serving.py: LazyGroups)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collector.analytics.running import ClosedView
+from collector.rollup import Cell, SeriesCell, SeriesIdent
+from collector.sources.scrape import RecentScrape, TargetScraper
+from collector.sources.vllm import Kind, SeriesKey
+
+Recent = list[tuple[str, list[RecentScrape]]]  # per target, its recent scrapes
+Kept = list[tuple[str, dict[int, SeriesIdent], dict[SeriesKey, str], list[tuple[int, dict[int, Cell]]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class PassView:
+    """What a derive pass read, kept for the (target, model) groups derived when first read
+    (collector/analytics/serving.py: LazyGroups): each target's recent scrapes, the running
+    windows' closed minutes and copies of the open minutes' cells, as they were at `now_unix`."""
+
+    now_unix: float
+    recent: Recent
+    closed: dict[int, ClosedView]
+    open: Kept
+
+
+def recent_of(scrapers: dict[str, TargetScraper], target: str | None = None) -> Recent:
+    return [(name, list(s.recent)) for name, s in scrapers.items() if target is None or name == target]
+
+
+def open_of(scrapers: dict[str, TargetScraper], from_minute: int, target: str | None = None) -> Kept:
+    """Copies of the minutes from `from_minute` on that each scraper keeps (the minute being
+    written and the one before it); the scrapers go on adding to theirs."""
+    return [
+        (name, s.idents, s.units, [(minute, dict(cells)) for minute, cells in s.open_minute.kept(from_minute)])
+        for name, s in scrapers.items()
+        if target is None or name == target
+    ]
+
+
+def sliding_cells(
+    recent: Recent,
+    now_unix: float,
+    window_seconds: float,
+    target: str | None = None,
+    model: str | None = None,
+    histograms: bool = True,
+) -> list[SeriesCell]:
+    """Every series' deltas from the scrapes in (now - window, now], merged per target (without
+    `histograms`: the counters and gauges).
+
+    Each scrape's delta covers the time since the scrape before it, so the window covers
+    `window_seconds` within one scrape interval, and rates divide by exactly that time."""
+    out: list[SeriesCell] = []
+    since = now_unix - window_seconds
+    for name, scrapes in recent:
+        if target is not None and name != target:
+            continue
+        merged: dict[SeriesIdent, SeriesCell] = {}
+        for scrape in scrapes:
+            if not since < scrape.unix <= now_unix:
+                continue
+            for ident, cell in scrape.cells.items():
+                if model is not None and ident.key.model != model:
+                    continue
+                if not histograms and ident.kind is Kind.HISTOGRAM:
+                    continue
+                have = merged.get(ident)
+                if have is None:
+                    merged[ident] = SeriesCell(name, ident, scrape.units.get(ident.key, ""), cell.copy())
+                else:
+                    have.cell.merge(cell)
+        out.extend(merged.values())
+    return out
+
+
+def open_cells(
+    kept: Kept, from_minute: int, target: str | None = None, model: str | None = None, histograms: bool = True
+) -> list[SeriesCell]:
+    """The kept open minutes' cells from `from_minute` on (without `histograms`: counters and gauges)."""
+    out: list[SeriesCell] = []
+    for name, idents, units, minutes in kept:
+        if target is not None and name != target:
+            continue
+        for minute, cells in minutes:
+            if minute < from_minute:
+                continue
+            for sid, cell in cells.items():
+                ident = idents.get(sid)
+                if ident is None or (model is not None and ident.key.model != model):
+                    continue
+                if histograms or ident.kind is not Kind.HISTOGRAM:
+                    out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
+    return out
