@@ -105,6 +105,9 @@ class Target:
     """GET one URL over a kept connection. Not for concurrent use: a target has one scrape at a time."""
 
     def __init__(self, url: str, headers: dict[str, str], tls: ssl.SSLContext | None = None) -> None:
+        self.url = url
+        self.headers = headers
+        self.given_tls = tls
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("expected an http:// or https:// URL")
@@ -132,6 +135,10 @@ class Target:
             except _Dropped:
                 pass  # closed by the server while idle: once more, on a new connection
         return await self._exchange(await self._connect(), limit, kept=False)
+
+    def to(self, url: str) -> Target:
+        """The same client for another URL (a target pointed elsewhere), on a connection of its own."""
+        return Target(url, self.headers, self.given_tls)
 
     async def aclose(self) -> None:
         if self.conn is not None:

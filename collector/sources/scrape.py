@@ -222,6 +222,9 @@ class TargetScraper:
     async def _fetch(self) -> tuple[bytes, str | None]:
         if self.client is None:
             raise ScrapeError(conv.REASON_CONNECT, "this scraper has no HTTP client (ingest-only)")
+        if self.client.url != self.target.url:  # the target was pointed elsewhere: a new connection
+            await self.client.aclose()
+            self.client = self.client.to(self.target.url)
         try:
             async with asyncio.timeout(self.timeout):
                 answer = await self.client.get(self.settings.scrape.max_body_bytes)
