@@ -28,12 +28,13 @@ import threading
 from collections.abc import Callable, Iterable
 
 from collector.analytics.serving import UNASSIGNED
-from collector.rollup import Cell, SeriesCell, SeriesIdent
+from collector.rollup import MINUTE_SECONDS, Cell, SeriesCell, SeriesIdent
 from collector.sources.dcgm import is_gpu_metric
 from collector.sources.vllm import Kind, SeriesKey
 
 FoldKey = tuple[str, str, tuple[float, ...]]  # (business type, metric, bucket bounds)
 Folded = list[tuple[FoldKey, Cell]]  # one scrape's or minute's histogram cells, by the sum they join
+KEEP_MINUTES = 5  # open minutes kept without a pass asking (a pass needs two)
 # a sliding sum is rebuilt from its scrapes now and then, so that float residue of many additions
 # and subtractions of latency sums cannot build up (bucket counts are whole numbers: exact)
 REBUILD_EVERY = 240
@@ -235,6 +236,11 @@ class OpenHistograms:
             sums = self.minutes.get(minute)
             if sums is None:
                 sums = self.minutes[minute] = FoldedSums()
+                # a pass asks for the minute running and the one before (plus a grace under a
+                # minute): older ones are forgotten here too, for a process that runs no passes
+                for old in [m for m in self.minutes if m < minute - KEEP_MINUTES * MINUTE_SECONDS]:
+                    del self.minutes[old]
+                    self.incomplete.discard(old)
             sums.add_all(folded)
 
     def since(self, from_minute: int) -> FoldedSums | None:

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from collector.analytics.histsums import FoldedSums
+from collector.analytics.histsums import FoldedSums, OpenHistograms
 from collector.analytics.serving import build_report
 from collector.config import Settings
 from collector.rollup import Cell
@@ -181,3 +181,19 @@ def test_a_passs_groups_read_minutes_later_are_those_of_its_moment_without_readi
         assert rounded(got) == rounded([dataclasses.asdict(g) for g in want.groups]), w
         assert len(got) == 2
     rt.store.read_window = reads  # type: ignore[method-assign]
+
+
+def test_open_minutes_are_forgotten_without_a_pass_and_an_incomplete_one_is_not_answered() -> None:
+    key = ("chat", "ttft", (0.1, 1.0))
+    cell = Cell(Kind.HISTOGRAM, value=1, sum=0.5, buckets=[1, 1, 1])
+    sums = OpenHistograms()
+    for minute in range(0, 3600 * 24, 60):  # a day of commits, no derive pass asking
+        sums.add(minute, [(key, cell)], read_stored=minute == 600)
+    assert len(sums.minutes) <= 6 and not sums.incomplete
+    sums.add(3600 * 24, [(key, cell)], read_stored=True)  # a minute read back from the store
+    assert sums.since(3600 * 24) is None  # merged from the series instead
+    got = sums.since(3600 * 24 - 120)
+    assert got is None
+    sums.add(3600 * 24 + 60, [(key, cell)], read_stored=False)
+    later = sums.since(3600 * 24 + 60)
+    assert later is not None and later.cells[key].buckets == [1, 1, 1]
