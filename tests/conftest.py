@@ -32,7 +32,10 @@ if importlib.util.find_spec("xdist") is not None:
     def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         """Under pytest-xdist (the test command runs two workers): each test module runs whole on
         one worker, so that its module fixtures (a Prometheus stack, a simulated week) start
-        once, and the real-vLLM tier's modules share one worker (one engine on the CPU at a time).
+        once, and the real-vLLM tier's modules share one worker (one engine on the CPU at a time)
+        with the generated promtool tests: promtool keeps both cores busy for minutes, and the
+        real engine's drift assertions have time bounds (the incident run missed its 150 s for
+        the prompt-length drift when the two ran together on two cores; alone it passes).
         (xdist's own `--dist loadgroup` marks do not take with pytest 9.2, which keeps a node's
         id where xdist no longer writes it.)"""
         from xdist.scheduler import LoadScopeScheduling
@@ -40,7 +43,9 @@ if importlib.util.find_spec("xdist") is not None:
         class ModuleScheduling(LoadScopeScheduling):
             def _split_scope(self, nodeid: str) -> str:
                 module = nodeid.split("::", 1)[0]
-                return "tests/real_vllm" if module.startswith("tests/real_vllm/") else module
+                if module.startswith("tests/real_vllm/") or module == "tests/generate/test_generate.py":
+                    return "cpu-heavy"
+                return module
 
         return ModuleScheduling(config, log)
 
