@@ -183,7 +183,15 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
             assert all(seconds <= 120 for seconds, _ in drift_seen.values()), drift_seen
             assert "prompt length" in drift_seen["prompt_length"][1] and "→" in drift_seen["prompt_length"][1]
             assert "prefix" in drift_seen["prefix_cache"][1]
-            wait_for(lambda: ("LLMSLOWorkloadDrift", "ticket") in firing(), 20, "no drift ticket")
+            # the ticket, while the collapse goes on (stopping it as soon as both findings showed
+            # let them lapse before an evaluation saw them on a loaded machine)
+            deadline = time.monotonic() + 60
+            while ("LLMSLOWorkloadDrift", "ticket") not in firing():
+                if time.monotonic() > deadline:
+                    wait_for(lambda: False, 0, f"no drift ticket within 60 s of the findings: {firing()}")
+                complete(vllm.base, f"{i} unrelated prompt {i} " * 40, 4)
+                i += 1
+                time.sleep(0.5)
 
             # restart
             wait_idle(vllm)
