@@ -10,6 +10,13 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+# a C compiler builds the two scanners (collector/sources/_expscan.c, collector/traces/_otlpscan.c)
+# at install; the tests hold them to the Python paths and, under CI=true, need them built
+if ! command -v cc >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  apt-get update -qq >/dev/null || true
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null 2>&1 \
+    || echo "could not install Debian's gcc (the C scanners will not be built)"
+fi
 .venv/bin/python -m pip install -q -e ".[test]"
 
 # Debian's prometheus (promtool) and prometheus-alertmanager (amtool) for the rules tests,
