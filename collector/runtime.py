@@ -157,6 +157,8 @@ class Runtime:
         self.open_histograms = OpenHistograms()
         self.targets: dict[str, TargetConfig] = {t.name: t for t in settings.targets}
         self.snapshot = Snapshot()
+        # called at the end of each derive pass, in its thread (the app renders /metrics' text)
+        self.after_pass: list[Callable[[], None]] = []
         self.rules: SloRules | None = load_rules(settings.rules).rules if settings.rules else None
         self.fleet = FleetMap(settings.targets, self.rules)
         self.inventory = Inventory.from_settings(settings)
@@ -584,6 +586,8 @@ class Runtime:
                     r.groups.resolve()
         self.snapshot = Snapshot(now_unix, reports)
         self.request_snapshot = self._request_summaries(now_unix)
+        for prepare in self.after_pass:  # e.g. /metrics' derived text, rendered here, not per request
+            prepare()
         return self.snapshot
 
     def _request_summaries(self, now_unix: float) -> dict[tuple[float, str, str], RequestSummary]:

@@ -168,6 +168,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             app.state.runtime = rt
             app.state.registry = build_registry(rt, derived=False)
             app.state.derived_text = DerivedText(rt)  # rendered once per derive pass
+            rt.after_pass.append(app.state.derived_text.prepare)
             scheduler = build_scheduler(rt) if schedule else None
             if scheduler is not None:
                 scheduler.start()
@@ -188,6 +189,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
                     scheduler.pause()  # no new runs; running ones finish (shutdown would cancel them)
                     await rt.drain()
                     scheduler.shutdown(wait=False)
+                rt.after_pass.remove(app.state.derived_text.prepare)
                 await rt.close()
 
     app = FastAPI(

@@ -1,7 +1,7 @@
 """What a derive pass publishes: the per-(target, model) groups, derived in the pass while
 /metrics shows them (a fleet within `server.metrics_target_limit` pairs), else for their first
 reader, with the same figures as a report derived at once; and /metrics' derived series, rendered
-once per pass."""
+once per pass, at its end once /metrics is read."""
 
 from __future__ import annotations
 
@@ -94,8 +94,10 @@ def test_metrics_over_http_carry_each_passs_derived_series_as_a_full_render_does
             if s.name.startswith(("llmslo_serving_", "llmslo_business_"))
         }
 
-    with serving(create_app(rt.settings, rt, schedule=False), port):
+    app = create_app(rt.settings, rt, schedule=False)
+    with serving(app, port):
         rt.refresh_snapshot(now)
+        assert app.state.derived_text.rendered_from() is None  # nobody reads /metrics yet: not rendered
         first = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
         assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text.count("llmslo_business_") == first.count(
             "llmslo_business_"
@@ -108,6 +110,8 @@ def test_metrics_over_http_carry_each_passs_derived_series_as_a_full_render_does
             more.finished["stop"] = more.finished.get("stop", 0) + 1
         assert rt.scrapers["chat-0"].ingest(render("current", "m", more).encode(), None, now + 10)
         rt.refresh_snapshot(now + 12)
+        # /metrics is read: the pass rendered its text as it ended, a request only sends it
+        assert app.state.derived_text.rendered_from() is rt.snapshot
         second = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
     assert derived(second) == derived(generate_latest(build_registry(rt)).decode()) != derived(first)
     rt.store.close()
