@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import gzip
 import hmac
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -81,6 +82,9 @@ async def _start_otlp_port(rt: Runtime, settings: Settings) -> tuple[EmbeddedSer
 
 SELECTOR_PATTERN = r"^((target|model|deployment|track|tenant|business_type|label\.[^=\s]+)=.*\S.*|shadow=(true|false))$"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/v1/traces"})
+# a fleet view (/api/v1/serving without a selector) read within this long is encoded by each
+# derive pass as it ends (a dashboard polling it gets the current body at once)
+READ_AHEAD_SECONDS = 120.0
 # A window is whole minutes (merges of minute rollups): the schema says so, so
 # FastAPI answers anything else with its standard 422 before a handler runs.
 WindowQuery = Annotated[
@@ -169,6 +173,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             app.state.registry = build_registry(rt, derived=False)
             app.state.derived_text = DerivedText(rt)  # rendered once per derive pass
             rt.after_pass.append(app.state.derived_text.prepare)
+            rt.after_pass.append(app.state.encode_read_views)
             scheduler = build_scheduler(rt) if schedule else None
             if scheduler is not None:
                 scheduler.start()
@@ -190,6 +195,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
                     await rt.drain()
                     scheduler.shutdown(wait=False)
                 rt.after_pass.remove(app.state.derived_text.prepare)
+                rt.after_pass.remove(app.state.encode_read_views)
                 await rt.close()
 
     app = FastAPI(
@@ -258,6 +264,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
 
     # (window, business type) -> (the derive pass it was encoded from, the JSON body, gzipped)
     published: dict[tuple[float, str | None], tuple[float, bytes, bytes]] = {}
+    # (window, business type) -> when it was last read (monotonic): passes encode these as they end
+    last_read: dict[tuple[float, str | None], float] = {}
     encoding: dict[tuple[float, str | None], asyncio.Task[tuple[bytes, bytes] | None]] = {}  # running re-encodes
 
     def encode_published(seconds: float, business_type: str | None) -> tuple[bytes, bytes] | None:
@@ -283,6 +291,19 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         published[(seconds, business_type)] = (snap.computed_unix, body, zipped)
         return body, zipped
 
+    def encode_read_views() -> None:
+        """At the end of a derive pass (its thread): encode the fleet views read in the last
+        READ_AHEAD_SECONDS, so that their next reader gets this pass's body at once instead of
+        the previous one's (or, for the first reader after a pass, instead of waiting ~1 s)."""
+        now = time.monotonic()
+        for key, read_at in list(last_read.items()):
+            if now - read_at > READ_AHEAD_SECONDS:
+                last_read.pop(key, None)
+            else:
+                encode_published(*key)
+
+    app.state.encode_read_views = encode_read_views
+
     async def published_json(
         seconds: float, business_type: str | None
     ) -> tuple[bytes, bytes, BackgroundTask | None] | None:
@@ -294,6 +315,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         encoded while the request waits."""
         rt: Runtime = app.state.runtime
         key = (seconds, business_type)
+        last_read[key] = time.monotonic()
         held = published.get(key)
         if held is not None and held[0] == rt.snapshot.computed_unix:
             return held[1], held[2], None

@@ -115,3 +115,25 @@ def test_metrics_over_http_carry_each_passs_derived_series_as_a_full_render_does
         second = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
     assert derived(second) == derived(generate_latest(build_registry(rt)).decode()) != derived(first)
     rt.store.close()
+
+
+def test_a_read_fleet_view_is_encoded_by_each_pass_as_it_ends(tmp_path: Path) -> None:
+    """Once /api/v1/serving has been read, each derive pass encodes that view as it ends: the
+    next reader gets the new pass's figures at once, not the previous pass's body."""
+    rt, now = fleet(tmp_path, limit=1)  # more pairs than /metrics shows: the groups wait for a reader
+    port = rt.settings.server.port
+
+    def chat0_requests() -> float:
+        body = httpx.get(f"http://127.0.0.1:{port}/api/v1/serving", params={"window": "5m"}, timeout=30).json()
+        return float(next(g["stats"]["requests"] for g in body["groups"] if g["target"] == "chat-0"))
+
+    with serving(create_app(rt.settings, rt, schedule=False), port):
+        rt.refresh_snapshot(now)
+        before = chat0_requests()
+        assert before > 0
+        more = EngineMetrics(max_model_len=4096, created_unix=now - 30)  # a restarted chat-0: 50 more requests
+        more.finished["stop"] = 50
+        assert rt.scrapers["chat-0"].ingest(render("current", "m", more).encode(), None, now + 10)
+        rt.refresh_snapshot(now + 12)
+        assert chat0_requests() == before + 50
+    rt.store.close()
