@@ -586,8 +586,11 @@ class Runtime:
                     r.groups.resolve()
         self.snapshot = Snapshot(now_unix, reports)
         self.request_snapshot = self._request_summaries(now_unix)
-        for prepare in self.after_pass:  # e.g. /metrics' derived text, rendered here, not per request
-            prepare()
+        for prepare in list(self.after_pass):  # e.g. /metrics' derived text, rendered here, not per request
+            try:
+                prepare()
+            except Exception:  # the snapshot is published: a reader renders or encodes it instead
+                log.exception("preparing the derive pass's output for readers failed")
         return self.snapshot
 
     def _request_summaries(self, now_unix: float) -> dict[tuple[float, str, str], RequestSummary]:

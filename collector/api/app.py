@@ -288,7 +288,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         zipped = gzip.compress(body, compresslevel=1, mtime=0)
         if len(published) > 64:
             published.clear()
-        published[(seconds, business_type)] = (snap.computed_unix, body, zipped)
+        held = published.get((seconds, business_type))
+        if held is None or held[0] <= snap.computed_unix:  # a slower encode of an older pass loses
+            published[(seconds, business_type)] = (snap.computed_unix, body, zipped)
         return body, zipped
 
     def encode_read_views() -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -136,4 +137,21 @@ def test_a_read_fleet_view_is_encoded_by_each_pass_as_it_ends(tmp_path: Path) ->
         assert rt.scrapers["chat-0"].ingest(render("current", "m", more).encode(), None, now + 10)
         rt.refresh_snapshot(now + 12)
         assert chat0_requests() == before + 50
+    rt.store.close()
+
+
+def test_a_failing_pass_end_step_is_logged_and_the_others_still_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt, now = fleet(tmp_path, limit=100)
+    ran: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("encoder broke")
+
+    rt.after_pass.extend([broken, lambda: ran.append("next")])
+    snapshot = rt.refresh_snapshot(now)
+    assert rt.snapshot is snapshot and snapshot.reports  # published all the same
+    assert ran == ["next"]
+    assert "encoder broke" in caplog.text
     rt.store.close()
