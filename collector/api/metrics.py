@@ -507,6 +507,11 @@ class DerivedText:
                 kept = self._kept = (snapshot, generate_latest(self.registry))
         return kept[1]
 
+    def ready(self) -> bool:
+        """The text of the current snapshot is rendered (a render only returns it)."""
+        kept = self._kept
+        return kept is not None and kept[0] is self.runtime.snapshot
+
     def rendered_from(self) -> object | None:
         """The snapshot the kept text was rendered from (None: none yet)."""
         kept = self._kept
