@@ -512,11 +512,6 @@ class DerivedText:
         kept = self._kept
         return kept is not None and kept[0] is self.runtime.snapshot
 
-    def rendered_from(self) -> object | None:
-        """The snapshot the kept text was rendered from (None: none yet)."""
-        kept = self._kept
-        return kept[0] if kept is not None else None
-
     def prepare(self) -> None:
         """At the end of a derive pass: render the new snapshot's text if /metrics is read."""
         if self.read:
