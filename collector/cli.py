@@ -786,7 +786,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     scenario = _scenario(args.scenario)
     if scenario is None:
         return 2
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (see run_demo)
         asyncio.run(
             run_demo(
                 scenario,

@@ -14,9 +14,11 @@ import contextlib
 import logging
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -358,6 +360,7 @@ async def run_demo(
 
     The SLO windows run on a compressed clock (`window_scale`: 1/60 makes the 1h burn window
     1 minute), so that a page, its cause and its resolution all happen within minutes."""
+    restore_sigterm = _stop_on_sigterm()
     sim = Simulation(scenario, host=host)
     await sim.start()
     targets = targets_for(scenario, lambda r: sim.url(r))
@@ -439,4 +442,24 @@ async def run_demo(
         if am is not None:
             am[0].terminate()
             am[0].wait(10)
+        restore_sigterm()
     return DemoResult(report, list(runtime.slo_statuses))
+
+
+def _stop_on_sigterm() -> Callable[[], None]:
+    """`kill` (SIGTERM: a service manager, `docker stop`) stops the demo as Ctrl-C does, so that
+    it stops the Alertmanager it started (by default SIGTERM ended the process at once and left
+    that Alertmanager running): the demo's task is cancelled, its clean-up runs. Returns what
+    undoes it."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    if task is None:
+        return lambda: None
+    try:
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+        return lambda: None
+
+    def restore() -> None:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+    return restore

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pyte
+import pytest
 
 from tests.conftest import require
 from tests.embedded import free_port
@@ -93,9 +94,13 @@ def test_the_story_on_a_terminal(tmp_path: Path) -> None:
             if "page" in names and "recovered" in names and "PAGE" not in text and "resolved" not in names:
                 seen.append((time.monotonic() - started, "resolved"))
     finally:
-        proc.terminate()
+        proc.terminate()  # SIGTERM, as a service manager stops it: the demo stops as on Ctrl-C
         proc.wait(30)
         os.close(master)
+    assert proc.returncode == 0, proc.returncode
+    if alertmanager is not None:  # and it stopped the Alertmanager it started (once left running)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{alertmanager}/-/healthy", timeout=2)
     order = [m for _, m in seen]
     print("\n" + "\n".join(f"{t:5.0f} s  {m}" for t, m in seen))
     assert order == ["healthy", "overload measured", "page", "recovered", "resolved"], (
