@@ -424,8 +424,10 @@ class OpenMinute:
     commit (its baseline) fell in an earlier minute, no row of M can exist yet and the cells here
     are the whole truth: the next commit merges in memory and upserts without reading. After a
     collector restart in the middle of a minute, or a clock that went back, the rows are read once.
-    The minute before is kept too: with this one, the minutes the serving view's running windows
-    read from memory (collector/analytics/running.py).
+    The minute before is kept too: with this one, the open minutes a derive pass and the drift
+    pass read from memory (collector/windowcells.py, Runtime.open_rows); the running windows read
+    a minute from the store once it has closed (with several collectors on one database it holds
+    every shard's targets, the scrapers' memory only this collector's).
     """
 
     __slots__ = ("cells", "minute", "previous")
