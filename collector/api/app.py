@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import gzip
 import hmac
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -269,31 +270,37 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
     # (window, business type) -> when it was last read (monotonic): passes encode these as they end
     last_read: dict[tuple[float, str | None], float] = {}
     encoding: dict[tuple[float, str | None], asyncio.Task[tuple[bytes, bytes] | None]] = {}  # running re-encodes
+    encode_lock = threading.Lock()  # encodes run in the derive pass's thread and in worker threads
 
     def encode_published(seconds: float, business_type: str | None) -> tuple[bytes, bytes] | None:
         """Encode a published window's report as of the last derive pass (blocking). None when
-        the window is not published or the snapshot is stale."""
+        the window is not published or the snapshot is stale. One encode at a time: one that
+        waited for another of the same pass returns its body instead of encoding it again, and
+        the pass each one encodes is never older than the one before it."""
         rt: Runtime = app.state.runtime
-        snap = rt.snapshot
-        report = snap.reports.get(seconds)
-        if report is None or rt.now() - snap.computed_unix > 2 * rt.settings.derive_interval + 5:
-            return None
-        if business_type is not None:  # a business type's groups and its own merged stats
-            report = dataclasses.replace(
-                report,
-                groups=tuple(g for g in report.groups if g.business_type == business_type),
-                business_types=tuple(b for b in report.business_types if b.business_type == business_type),
-            )
-        body = report_out(format_duration(seconds), report).model_dump_json().encode()
-        # gzipped once too (level 1: ~10x smaller for this JSON): a 9 MB body written to the
-        # socket in many pieces waits for the interpreter between them while scrapes hold it
-        zipped = gzip.compress(body, compresslevel=1, mtime=0)
-        if len(published) > 64:
-            published.clear()
-        held = published.get((seconds, business_type))
-        if held is None or held[0] <= snap.computed_unix:  # a slower encode of an older pass loses
-            published[(seconds, business_type)] = (snap.computed_unix, body, zipped)
-        return body, zipped
+        key = (seconds, business_type)
+        with encode_lock:
+            snap = rt.snapshot
+            report = snap.reports.get(seconds)
+            if report is None or rt.now() - snap.computed_unix > 2 * rt.settings.derive_interval + 5:
+                return None
+            held = published.get(key)
+            if held is not None and held[0] == snap.computed_unix:
+                return held[1], held[2]
+            if business_type is not None:  # a business type's groups and its own merged stats
+                report = dataclasses.replace(
+                    report,
+                    groups=tuple(g for g in report.groups if g.business_type == business_type),
+                    business_types=tuple(b for b in report.business_types if b.business_type == business_type),
+                )
+            body = report_out(format_duration(seconds), report).model_dump_json().encode()
+            # gzipped once too (level 1: ~10x smaller for this JSON): a 9 MB body written to the
+            # socket in many pieces waits for the interpreter between them while scrapes hold it
+            zipped = gzip.compress(body, compresslevel=1, mtime=0)
+            if len(published) > 64:
+                published.clear()
+            published[key] = (snap.computed_unix, body, zipped)
+            return body, zipped
 
     def encode_read_views() -> None:
         """At the end of a derive pass (its thread): encode the fleet views read in the last

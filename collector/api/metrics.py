@@ -487,8 +487,8 @@ class DerivedText:
     every /metrics request until the next pass (most of the samples prometheus_client formats).
 
     Once /metrics has been read, each pass renders it as it ends (`prepare`, in the pass's
-    thread), so that a request only copies bytes: rendered by the first request after a pass,
-    at a thousand targets it waited ~50-100 ms for the interpreter beside the scrapes."""
+    thread), so that a request only copies this part: rendered by the first request after a
+    pass, at a thousand targets it waited ~50-100 ms for the interpreter beside the scrapes."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime

@@ -265,7 +265,7 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
         f"  GET /metrics every 13 s: median {metrics_ms:.0f} ms, "
         f"90th percentile {sorted(metrics_times)[int(0.9 * (len(metrics_times) - 1))]:.0f} ms, "
         f"max {max(metrics_times):.0f} ms "
-        f"({len(metrics_times)} fetches, {metrics_bytes / 1e6:.1f} MB), "
+        f"({len(metrics_times)} fetches, {metrics_bytes / 1e6:.1f} MB)"
         f"\n  GET /api/v1/serving?window=5m (gzip) every 26 s: median {statistics.median(serving_times):.0f} ms, "
         f"max {max(serving_times):.0f} ms ({len(serving_times)} fetches, {serving_bytes / 1e6:.1f} MB), "
         f"its first read {first_serving_ms:.0f} ms\n"
