@@ -21,7 +21,6 @@ import httpx
 from collector import conventions as conv
 from collector.analytics.histsums import Fold, OpenHistograms, SlidingHistograms
 from collector.analytics.running import RunningWindows
-from collector.analytics.running import add as add_cells
 from collector.analytics.serving import LazyGroups, ServingReport, build_report, build_report_from_sums
 from collector.config import Settings, TargetConfig
 from collector.cost.allocation import (
@@ -75,7 +74,7 @@ from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.service import TraceIngest
 from collector.traces.store import compact_requests, expire_span_ids, first_request_unix, read_requests
 from collector.traces.summary import RequestSummary, summarize
-from collector.windowcells import PassView, open_cells, open_of, recent_of, sliding_cells
+from collector.windowcells import PassView, add_open, open_cells, open_of, recent_of, sliding_cells
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -482,8 +481,8 @@ class Runtime:
             if open_sums is None:
                 return None
             sums.plus(open_sums)
-            merged = {(sc.target, sc.ident): sc for sc in closed.copies(histograms=False)}
-            add_cells(merged, open_cells(seen.open, closed.closed_end, histograms=False))
+            merged = closed.copies_by_ref(histograms=False)
+            add_open(merged, seen.open, closed.closed_end, histograms=False)
             scalars = list(merged.values())
         start, end = self.window_span(w, now_unix)
         return build_report_from_sums(
@@ -518,16 +517,15 @@ class Runtime:
         if closed is None:
             start, end = window_bounds(now_unix, window_seconds)
             return self.store.read_window(start, end, target=target, model=model)
-        cells = closed.copies()
+        merged = closed.copies_by_ref()  # copies: the open minutes are merged into them
         if target is not None or model is not None:
-            cells = [
-                sc
-                for sc in cells
+            merged = {
+                ref: sc
+                for ref, sc in merged.items()
                 if (target is None or sc.target == target) and (model is None or sc.ident.key.model == model)
-            ]
+            }
         kept = view.open if view is not None else open_of(self.scrapers, closed.closed_end, target)
-        merged = {(sc.target, sc.ident): sc for sc in cells}  # copies already: merge into them
-        add_cells(merged, open_cells(kept, closed.closed_end, target, model))
+        add_open(merged, kept, closed.closed_end, target, model)
         return list(merged.values())
 
     def sliding_cells(

@@ -37,14 +37,28 @@ def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[f
     `bounds` are the finite upper bounds (ascending); `cumulative` has one more entry, the +Inf
     bucket. Returns None when the histogram holds no observations.
     """
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"quantile must be in [0, 1], got {q}")
+    found = histogram_quantiles((q,), bounds, cumulative)
+    return found[0] if found else None
+
+
+def histogram_quantiles(
+    qs: Sequence[float], bounds: Sequence[float], cumulative: Sequence[float]
+) -> tuple[QuantileEstimate, ...]:
+    """`histogram_quantile` of each of `qs` (empty when the histogram holds no observations):
+    the histogram checked once for all of them (a derive pass asks four of each of its
+    thousands of histograms)."""
+    for q in qs:
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"quantile must be in [0, 1], got {q}")
     if len(cumulative) != len(bounds) + 1:
         raise ValueError("cumulative must have one entry per bound plus the +Inf bucket")
     total = cumulative[-1]
     if total <= 0 or math.isnan(total):
-        return None
-    rank = q * total
+        return ()
+    return tuple(_estimate(q, q * total, bounds, cumulative) for q in qs)
+
+
+def _estimate(q: float, rank: float, bounds: Sequence[float], cumulative: Sequence[float]) -> QuantileEstimate:
     # the first bucket whose cumulative count reaches the rank (and holds something: for q = 0,
     # the first non-empty one); the counts never decrease, so a binary search finds it
     index = bisect.bisect_left(cumulative, rank) if rank > 0 else bisect.bisect_right(cumulative, 0.0)
@@ -57,9 +71,8 @@ def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[f
         # Interpolating from 0 in the first bucket invents a value (a queue time of 20 us in
         # vLLM's (0, 0.3] bucket would read 0.15 s): all that is known is "at most the bound".
         return QuantileEstimate(q, upper, 0.0 if upper > 0 else upper, upper, False, below_first_bound=True)
-    else:
-        lower = bounds[index - 1]
-        below = cumulative[index - 1]
+    lower = bounds[index - 1]
+    below = cumulative[index - 1]
     in_bucket = cumulative[index] - below
     if in_bucket <= 0:
         return QuantileEstimate(q, upper, lower, upper, False)

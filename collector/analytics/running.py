@@ -294,6 +294,10 @@ class ClosedView(NamedTuple):
 
     def copies(self, histograms: bool = True) -> list[SeriesCell]:
         """Copies of the window's closed cells (without `histograms`: counters and gauges)."""
+        return list(self.copies_by_ref(histograms).values())
+
+    def copies_by_ref(self, histograms: bool = True) -> dict[SeriesRef, SeriesCell]:
+        """`copies`, keyed by (target, ident): what open minutes are merged into."""
         cells = {
             ref: SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
             for ref, sc in self.cells.items()
@@ -305,7 +309,7 @@ class ClosedView(NamedTuple):
             for ref, sc in cells.items():
                 if sc.ident.kind is Kind.GAUGE and ref in self.gauges:
                     _min_max(sc.cell, self.gauges[ref], start, self.closed_end)
-        return list(cells.values())
+        return cells
 
 
 def _min_max(cell: Cell, minutes: Iterable[tuple[int, float, float]], start: int, end: int) -> None:

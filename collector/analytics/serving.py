@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
-from collector.analytics.percentiles import QuantileEstimate, histogram_quantile
+from collector.analytics.percentiles import QuantileEstimate, histogram_quantiles
 from collector.conventions import QUANTILES
 from collector.rollup import Cell, SeriesCell
 from collector.sources.dcgm import is_gpu_metric
@@ -181,7 +181,7 @@ def _latency(cells: list[SeriesCell], metric: str) -> LatencyStats | None:
         merged[bounds] = acc
     bounds, cell = max(merged.items(), key=lambda kv: kv[1].value)
     assert cell.buckets is not None
-    quantiles = tuple(q for q in (histogram_quantile(x, bounds, cell.buckets) for x in QUANTILES) if q)
+    quantiles = histogram_quantiles(QUANTILES, bounds, cell.buckets)
     mean = cell.sum / cell.value if cell.value > 0 else None
     return LatencyStats(cell.value, mean, quantiles, source=metric, mixed_bucket_layouts=len(merged) > 1)
 

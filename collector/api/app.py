@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 import uvicorn
 from fastapi import FastAPI, HTTPException, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.background import BackgroundTask
 
 from collector import __version__, gcpolicy
 from collector.api.deps import RuntimeDep
@@ -41,6 +40,7 @@ from collector.api.schemas import (
     drift_out,
     engine_breakdown,
     report_out,
+    serving_json,
     slo_out,
     summary_out,
     target_out,
@@ -267,16 +267,16 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
 
     # (window, business type) -> (the derive pass it was encoded from, the JSON body, gzipped)
     published: dict[tuple[float, str | None], tuple[float, bytes, bytes]] = {}
-    # (window, business type) -> when it was last read (monotonic): passes encode these as they end
+    # (window, business type) -> when it was last read (monotonic), and the views read since
+    # they were last encoded: passes encode these as they end (see encode_read_views)
     last_read: dict[tuple[float, str | None], float] = {}
-    encoding: dict[tuple[float, str | None], asyncio.Task[tuple[bytes, bytes] | None]] = {}  # running re-encodes
+    wanted: set[tuple[float, str | None]] = set()
     encode_lock = threading.Lock()  # encodes run in the derive pass's thread and in worker threads
 
     def encode_published(seconds: float, business_type: str | None) -> tuple[bytes, bytes] | None:
         """Encode a published window's report as of the last derive pass (blocking). None when
         the window is not published or the snapshot is stale. One encode at a time: one that
-        waited for another of the same pass returns its body instead of encoding it again, and
-        the pass each one encodes is never older than the one before it."""
+        waited for another of the same pass returns its body instead of encoding it again."""
         rt: Runtime = app.state.runtime
         key = (seconds, business_type)
         with encode_lock:
@@ -284,6 +284,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             report = snap.reports.get(seconds)
             if report is None or rt.now() - snap.computed_unix > 2 * rt.settings.derive_interval + 5:
                 return None
+            wanted.discard(key)
             held = published.get(key)
             if held is not None and held[0] == snap.computed_unix:
                 return held[1], held[2]
@@ -293,7 +294,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
                     groups=tuple(g for g in report.groups if g.business_type == business_type),
                     business_types=tuple(b for b in report.business_types if b.business_type == business_type),
                 )
-            body = report_out(format_duration(seconds), report).model_dump_json().encode()
+            body = serving_json(format_duration(seconds), report)
             # gzipped once too (level 1: ~10x smaller for this JSON): a 9 MB body written to the
             # socket in many pieces waits for the interpreter between them while scrapes hold it
             zipped = gzip.compress(body, compresslevel=1, mtime=0)
@@ -304,43 +305,35 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
 
     def encode_read_views() -> None:
         """At the end of a derive pass (its thread): encode the fleet views read in the last
-        READ_AHEAD_SECONDS, so that their next reader gets this pass's body at once instead of
-        the previous one's (or, for the first reader after a pass, instead of waiting ~1 s)."""
-        now = time.monotonic()
+        READ_AHEAD_SECONDS, so that their readers get a recent body at once (a first read waits
+        ~1 s at a thousand targets): a view read since its last encode, or whose body would be
+        more than two passes old by the next pass. So a dashboard polling every 30 s costs one
+        encode per poll, and one polling every minute two, instead of one every pass."""
+        rt: Runtime = app.state.runtime
+        now, renew = time.monotonic(), 2 * rt.settings.derive_interval - 5
         for key, read_at in list(last_read.items()):
             if now - read_at > READ_AHEAD_SECONDS:
                 last_read.pop(key, None)
-            else:
+                wanted.discard(key)
+                continue
+            held = published.get(key)
+            if key in wanted or held is None or rt.snapshot.computed_unix - held[0] >= renew:
                 encode_published(*key)
 
     app.state.encode_read_views = encode_read_views
 
-    async def published_json(
-        seconds: float, business_type: str | None
-    ) -> tuple[bytes, bytes, BackgroundTask | None] | None:
-        """A published window's report, serialised once per derive pass: at a thousand targets
-        deriving its groups and encoding it takes a second or two, so a request that finds the
-        previous pass's body (at most two passes old) gets it at once, and the new one is encoded
-        once that response has been sent (the returned background task: a body written while the
-        encode runs waits for the interpreter at every write); only a body older than that is
-        encoded while the request waits."""
+    def published_json(seconds: float, business_type: str | None) -> tuple[bytes, bytes] | None:
+        """A published window's report, serialised once per read and ahead of it: a request gets
+        the body the last pass encoded (at most two passes old: see `encode_read_views`), and
+        only one that finds none that recent waits for the encode (in a worker thread)."""
         rt: Runtime = app.state.runtime
         key = (seconds, business_type)
         last_read[key] = time.monotonic()
+        wanted.add(key)
         held = published.get(key)
-        if held is not None and held[0] == rt.snapshot.computed_unix:
-            return held[1], held[2], None
         if held is not None and rt.now() - held[0] <= 2 * rt.settings.derive_interval + 5:
-
-            async def encode_next() -> None:
-                if key not in encoding:
-                    task = asyncio.create_task(asyncio.to_thread(encode_published, seconds, business_type))
-                    encoding[key] = task
-                    task.add_done_callback(lambda _t: encoding.pop(key, None))
-
-            return held[1], held[2], BackgroundTask(encode_next)
-        fresh = await asyncio.to_thread(encode_published, seconds, business_type)
-        return None if fresh is None else (fresh[0], fresh[1], None)
+            return held[1], held[2]
+        return None
 
     @app.get("/api/v1/serving", response_model=ServingResponse, tags=["serving"])
     async def serving(
@@ -359,13 +352,15 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             report = await asyncio.to_thread(rt.report_between, fixed[0], fixed[1], target, model, business_type)
             return report_out(format_duration(max(60, fixed[1] - fixed[0])), report)
         if target is None and model is None:
-            cached = await published_json(seconds, business_type)
+            cached = published_json(seconds, business_type)
+            if cached is None:
+                cached = await asyncio.to_thread(encode_published, seconds, business_type)
             if cached is not None:
-                body, zipped, encode_next = cached
+                body, zipped = cached
                 headers = {"Vary": "Accept-Encoding"}
                 if "gzip" in request.headers.get("accept-encoding", ""):
                     body, headers = zipped, {**headers, "Content-Encoding": "gzip"}
-                return Response(body, media_type="application/json", headers=headers, background=encode_next)  # type: ignore[return-value]
+                return Response(body, media_type="application/json", headers=headers)  # type: ignore[return-value]
         report = await asyncio.to_thread(rt.report, seconds, rt.now(), target, model, business_type)
         return report_out(format_duration(seconds), report)
 

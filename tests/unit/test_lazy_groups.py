@@ -118,25 +118,39 @@ def test_metrics_over_http_carry_each_passs_derived_series_as_a_full_render_does
     rt.store.close()
 
 
-def test_a_read_fleet_view_is_encoded_by_each_pass_as_it_ends(tmp_path: Path) -> None:
-    """Once /api/v1/serving has been read, each derive pass encodes that view as it ends: the
-    next reader gets the new pass's figures at once, not the previous pass's body."""
+def test_a_read_fleet_view_is_encoded_once_per_read_by_the_pass_after_it(tmp_path: Path) -> None:
+    """Once /api/v1/serving has been read, the derive pass after each read encodes that view as it
+    ends, so the reader after it gets that pass's figures at once; a pass with no read since the
+    last encode leaves the body as it is (at most two passes old), and one whose body would be
+    older than that encodes it again while the view is still being read."""
     rt, now = fleet(tmp_path, limit=1)  # more pairs than /metrics shows: the groups wait for a reader
     port = rt.settings.server.port
+    step = rt.settings.derive_interval
 
     def chat0_requests() -> float:
         body = httpx.get(f"http://127.0.0.1:{port}/api/v1/serving", params={"window": "5m"}, timeout=30).json()
         return float(next(g["stats"]["requests"] for g in body["groups"] if g["target"] == "chat-0"))
 
+    def restart_chat0(requests: int, at: float) -> None:  # a restarted chat-0 that served `requests`
+        more = EngineMetrics(max_model_len=4096, created_unix=at - 5)
+        more.finished["stop"] = requests
+        assert rt.scrapers["chat-0"].ingest(render("current", "m", more).encode(), None, at)
+
     with serving(create_app(rt.settings, rt, schedule=False), port):
-        rt.refresh_snapshot(now)
-        before = chat0_requests()
+        rt.refresh_snapshot(now - step)
+        before = chat0_requests()  # the first read: encoded while it waits
         assert before > 0
-        more = EngineMetrics(max_model_len=4096, created_unix=now - 30)  # a restarted chat-0: 50 more requests
-        more.finished["stop"] = 50
-        assert rt.scrapers["chat-0"].ingest(render("current", "m", more).encode(), None, now + 10)
-        rt.refresh_snapshot(now + 12)
+        restart_chat0(50, now - 2)
+        rt.refresh_snapshot(now)  # no read since the last encode: not encoded again
+        assert chat0_requests() == before  # the previous pass's body, one pass old
+        rt.refresh_snapshot(now + 1)  # the pass after that read encodes the view
         assert chat0_requests() == before + 50
+        restart_chat0(20, now + 2)
+        rt.refresh_snapshot(now + 3)  # read since: encoded
+        assert chat0_requests() == before + 70
+        restart_chat0(5, now + 4)
+        rt.refresh_snapshot(now + 2 * step)  # not read since, but the body would be two passes old
+        assert chat0_requests() == before + 75
     rt.store.close()
 
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from collector.analytics.percentiles import fraction_at_or_below, histogram_quantile
+from collector.analytics.percentiles import fraction_at_or_below, histogram_quantile, histogram_quantiles
 
 BOUNDS = [0.02, 0.04, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0]
 # 20 observations: 10 x 0.03, 6 x 0.3, 2 x 0.9, 1.8, 3.0
@@ -95,3 +95,11 @@ def test_the_binary_search_finds_the_bucket_the_definition_names() -> None:
                 assert est.upper_bound == float("inf")
             else:
                 assert est.upper_bound == bounds[i], (q, bounds, cumulative)
+
+
+def test_several_quantiles_at_once_are_each_one_asked_alone() -> None:
+    qs = (0.0, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0)
+    assert histogram_quantiles(qs, BOUNDS, CUM) == tuple(histogram_quantile(q, BOUNDS, CUM) for q in qs)
+    assert histogram_quantiles(qs, BOUNDS, [0] * len(CUM)) == ()  # no observations: no quantiles
+    with pytest.raises(ValueError, match="quantile must be in"):
+        histogram_quantiles((0.5, 1.5), BOUNDS, CUM)  # one bad quantile fails them all
