@@ -284,7 +284,6 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             report = snap.reports.get(seconds)
             if report is None or rt.now() - snap.computed_unix > 2 * rt.settings.derive_interval + 5:
                 return None
-            wanted.discard(key)
             held = published.get(key)
             if held is not None and held[0] == snap.computed_unix:
                 return held[1], held[2]
@@ -306,32 +305,31 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
     def encode_read_views() -> None:
         """At the end of a derive pass (its thread): encode the fleet views read in the last
         READ_AHEAD_SECONDS, so that their readers get a recent body at once (a first read waits
-        ~1 s at a thousand targets): a view read since its last encode, or whose body would be
-        more than two passes old by the next pass. So a dashboard polling every 30 s costs one
-        encode per poll, and one polling every minute two, instead of one every pass."""
+        ~1 s at a thousand targets): a view read since the last pass, or whose body is two passes
+        old. So a dashboard polling every 30 s costs one encode per poll, and one polling every
+        minute two, instead of one every pass; a reader gets a body at most three passes old."""
         rt: Runtime = app.state.runtime
         now, renew = time.monotonic(), 2 * rt.settings.derive_interval - 5
         for key, read_at in list(last_read.items()):
+            read_since, held = key in wanted, published.get(key)
+            wanted.discard(key)
             if now - read_at > READ_AHEAD_SECONDS:
                 last_read.pop(key, None)
-                wanted.discard(key)
-                continue
-            held = published.get(key)
-            if key in wanted or held is None or rt.snapshot.computed_unix - held[0] >= renew:
+            elif read_since or held is None or rt.snapshot.computed_unix - held[0] >= renew:
                 encode_published(*key)
 
     app.state.encode_read_views = encode_read_views
 
     def published_json(seconds: float, business_type: str | None) -> tuple[bytes, bytes] | None:
         """A published window's report, serialised once per read and ahead of it: a request gets
-        the body the last pass encoded (at most two passes old: see `encode_read_views`), and
+        the body the last pass encoded (at most three passes old: see `encode_read_views`), and
         only one that finds none that recent waits for the encode (in a worker thread)."""
         rt: Runtime = app.state.runtime
         key = (seconds, business_type)
         last_read[key] = time.monotonic()
         wanted.add(key)
         held = published.get(key)
-        if held is not None and rt.now() - held[0] <= 2 * rt.settings.derive_interval + 5:
+        if held is not None and rt.now() - held[0] <= 3 * rt.settings.derive_interval + 5:
             return held[1], held[2]
         return None
 

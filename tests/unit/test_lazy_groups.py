@@ -121,8 +121,8 @@ def test_metrics_over_http_carry_each_passs_derived_series_as_a_full_render_does
 def test_a_read_fleet_view_is_encoded_once_per_read_by_the_pass_after_it(tmp_path: Path) -> None:
     """Once /api/v1/serving has been read, the derive pass after each read encodes that view as it
     ends, so the reader after it gets that pass's figures at once; a pass with no read since the
-    last encode leaves the body as it is (at most two passes old), and one whose body would be
-    older than that encodes it again while the view is still being read."""
+    one before leaves the body as it is, and one whose body is two passes old encodes it again
+    while the view is still being read."""
     rt, now = fleet(tmp_path, limit=1)  # more pairs than /metrics shows: the groups wait for a reader
     port = rt.settings.server.port
     step = rt.settings.derive_interval
@@ -137,19 +137,21 @@ def test_a_read_fleet_view_is_encoded_once_per_read_by_the_pass_after_it(tmp_pat
         assert rt.scrapers["chat-0"].ingest(render("current", "m", more).encode(), None, at)
 
     with serving(create_app(rt.settings, rt, schedule=False), port):
-        rt.refresh_snapshot(now - step)
+        rt.refresh_snapshot(now - 3)
         before = chat0_requests()  # the first read: encoded while it waits
         assert before > 0
         restart_chat0(50, now - 2)
-        rt.refresh_snapshot(now)  # no read since the last encode: not encoded again
-        assert chat0_requests() == before  # the previous pass's body, one pass old
-        rt.refresh_snapshot(now + 1)  # the pass after that read encodes the view
+        rt.refresh_snapshot(now - 1)  # read since the pass before: encoded as it ends
         assert chat0_requests() == before + 50
-        restart_chat0(20, now + 2)
-        rt.refresh_snapshot(now + 3)  # read since: encoded
+        rt.refresh_snapshot(now)  # read since: encoded
+        restart_chat0(20, now + 0.5)
+        rt.refresh_snapshot(now + 1)  # no read since the pass before: the body stays
+        assert chat0_requests() == before + 50  # one pass old
+        rt.refresh_snapshot(now + 2)  # read since: encoded
         assert chat0_requests() == before + 70
+        rt.refresh_snapshot(now + 3)  # read since: encoded
         restart_chat0(5, now + 4)
-        rt.refresh_snapshot(now + 2 * step)  # not read since, but the body would be two passes old
+        rt.refresh_snapshot(now + 3 + 2 * step - 5)  # not read since, but its body is two passes old
         assert chat0_requests() == before + 75
     rt.store.close()
 
