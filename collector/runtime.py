@@ -19,6 +19,7 @@ import certifi
 import httpx
 
 from collector import conventions as conv
+from collector import gcpolicy
 from collector.analytics.histsums import Fold, OpenHistograms, SlidingHistograms
 from collector.analytics.running import RunningWindows
 from collector.analytics.serving import LazyGroups, ServingReport, build_report, build_report_from_sums
@@ -194,6 +195,8 @@ class Runtime:
         self.started = False
         self.inflight: set[asyncio.Task[object]] = set()
         self.job_timings = JobTimings()
+        # the switch interval while a pass computes (collector/gcpolicy.py)
+        self.pass_switching = gcpolicy.PassSwitching(settings.server.pass_switch_interval)
 
     def _committed(self, target: str, item: ScrapeCommit) -> None:
         """A scrape of `target` is stored: the SLO ledger and the histogram sums count it."""

@@ -116,7 +116,8 @@ async def _weekly_report_catch_up(runtime: Runtime) -> None:
 
 async def _derive(runtime: Runtime) -> None:
     try:
-        await asyncio.to_thread(runtime.refresh_snapshot, runtime.now())
+        with runtime.pass_switching.computing():
+            await asyncio.to_thread(runtime.refresh_snapshot, runtime.now())
     except Exception:
         log.exception("refreshing derived metrics failed; the previous snapshot stays in place")
     gcpolicy.freeze()  # what the pass left is long-lived: out of the cyclic collector's walks
@@ -131,7 +132,8 @@ async def _collect_frozen(_runtime: Runtime) -> None:
 async def _drift(runtime: Runtime) -> None:
     assert runtime.drift is not None
     try:
-        await asyncio.to_thread(runtime.drift.evaluate, runtime.now())
+        with runtime.pass_switching.computing():
+            await asyncio.to_thread(runtime.drift.evaluate, runtime.now())
     except Exception:
         log.exception("drift evaluation failed; the previous findings stay in place")
 
@@ -139,7 +141,8 @@ async def _drift(runtime: Runtime) -> None:
 async def _evaluate(runtime: Runtime) -> None:
     """Evaluate SLOs, then deliver alerts; a failing Alertmanager never stops evaluation."""
     try:
-        await asyncio.to_thread(runtime.evaluate_slos, runtime.now())
+        with runtime.pass_switching.computing():
+            await asyncio.to_thread(runtime.evaluate_slos, runtime.now())
     except Exception:
         log.exception("SLO evaluation failed; it will run again")
     try:

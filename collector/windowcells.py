@@ -5,6 +5,7 @@ open part), and what a derive pass keeps of both for the groups it derives later
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from collector.analytics.running import ClosedView
@@ -78,11 +79,10 @@ def sliding_cells(
     return out
 
 
-def open_cells(
-    kept: Kept, from_minute: int, target: str | None = None, model: str | None = None, histograms: bool = True
-) -> list[SeriesCell]:
-    """The kept open minutes' cells from `from_minute` on (without `histograms`: counters and gauges)."""
-    out: list[SeriesCell] = []
+def _open_items(
+    kept: Kept, from_minute: int, target: str | None, model: str | None, histograms: bool
+) -> Iterator[tuple[str, SeriesIdent, dict[SeriesKey, str], Cell]]:
+    """(target, ident, the target's units, cell) of each kept open cell from `from_minute` on."""
     for name, idents, units, minutes in kept:
         if target is not None and name != target:
             continue
@@ -94,8 +94,17 @@ def open_cells(
                 if ident is None or (model is not None and ident.key.model != model):
                     continue
                 if histograms or ident.kind is not Kind.HISTOGRAM:
-                    out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
-    return out
+                    yield name, ident, units, cell
+
+
+def open_cells(
+    kept: Kept, from_minute: int, target: str | None = None, model: str | None = None, histograms: bool = True
+) -> list[SeriesCell]:
+    """The kept open minutes' cells from `from_minute` on (without `histograms`: counters and gauges)."""
+    return [
+        SeriesCell(name, ident, units.get(ident.key, ""), cell)
+        for name, ident, units, cell in _open_items(kept, from_minute, target, model, histograms)
+    ]
 
 
 def add_open(
@@ -109,20 +118,9 @@ def add_open(
     """Merge `open_cells(kept, from_minute, ...)` into `into` (series cells keyed by (target,
     ident), changed in place; a series not there yet gets a copy), without building a series
     cell for each open cell first: at a thousand targets that was a third of the merge."""
-    for name, idents, units, minutes in kept:
-        if target is not None and name != target:
-            continue
-        for minute, cells in minutes:
-            if minute < from_minute:
-                continue
-            for sid, cell in cells.items():
-                ident = idents.get(sid)
-                if ident is None or (model is not None and ident.key.model != model):
-                    continue
-                if not histograms and ident.kind is Kind.HISTOGRAM:
-                    continue
-                have = into.get((name, ident))
-                if have is None:
-                    into[(name, ident)] = SeriesCell(name, ident, units.get(ident.key, ""), cell.copy())
-                else:
-                    have.cell.merge(cell)
+    for name, ident, units, cell in _open_items(kept, from_minute, target, model, histograms):
+        have = into.get((name, ident))
+        if have is None:
+            into[(name, ident)] = SeriesCell(name, ident, units.get(ident.key, ""), cell.copy())
+        else:
+            have.cell.merge(cell)

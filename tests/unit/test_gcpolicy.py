@@ -74,3 +74,37 @@ def test_serving_sets_the_switch_interval_and_thresholds_and_puts_the_interprete
         assert gc.get_threshold()[0] == 50_000
     assert (sys.getswitchinterval(), gc.get_threshold()) == before
     assert Settings.model_validate({"data_dir": str(tmp_path)}).server.switch_interval == 0.005
+
+
+def test_a_pass_computes_with_the_pass_switch_interval_and_the_serving_one_comes_back(tmp_path: Path) -> None:
+    """The derive, drift and SLO passes run their worker thread with `pass_switch_interval`;
+    overlapping passes keep it until the last one ends, and a failing pass puts it back too."""
+    import sys
+
+    rt = Runtime(Settings.model_validate({"data_dir": str(tmp_path), "server": {"pass_switch_interval": "0.5ms"}}))
+    serving_interval = sys.getswitchinterval()
+    seen: list[float] = []
+
+    def refresh(_now: float) -> None:
+        seen.append(sys.getswitchinterval())
+
+    def failing(_now: float) -> None:
+        seen.append(sys.getswitchinterval())
+        raise RuntimeError("the pass broke")
+
+    rt.refresh_snapshot = refresh  # type: ignore[method-assign]
+    rt.evaluate_slos = failing  # type: ignore[method-assign,assignment]
+
+    async def passes() -> None:
+        await scheduler._derive(rt)
+        await scheduler._evaluate(rt)  # logged, not raised
+        assert sys.getswitchinterval() == serving_interval
+        with rt.pass_switching.computing():  # an overlapping pass: the derive pass ends first
+            await scheduler._derive(rt)
+            assert abs(sys.getswitchinterval() - 0.0005) < 1e-9
+        assert sys.getswitchinterval() == serving_interval
+
+    asyncio.run(passes())
+    assert seen and all(abs(x - 0.0005) < 1e-9 for x in seen)
+    assert Settings.model_validate({"data_dir": str(tmp_path)}).server.pass_switch_interval == 0.001
+    rt.store.close()
