@@ -233,6 +233,10 @@ class Runtime:
             started = time.perf_counter()
             try:
                 await job(*args, **kwargs)
+            except asyncio.CancelledError:
+                # shutdown stopped waiting for it (`drain`'s limit passed on a loaded machine): say
+                # so in a line, not a scheduler traceback; a worker thread it started ends on its own
+                log.warning("%s was still running at shutdown and was not waited for", name or "a scheduled job")
             finally:
                 if task is not None:
                     self.inflight.discard(task)

@@ -338,7 +338,11 @@ def test_an_error_burst_pages_through_prometheus_and_alertmanager(tmp_path: Path
     restarted = {s["metric"]["target"] for s in panels[("llmslo-fleet", "Restarts")][0] if s["max"] > 0}
     assert restarted == {"batch-0"}
     erring = panels[("llmslo-fleet", "llmslo scrape errors by reason")][0]
-    assert {s["metric"]["target"] for s in erring if s["max"] > 0} == {"batch-0"}
+    failed = {(s["metric"]["target"], s["metric"]["reason"]) for s in erring if s["max"] > 0}
+    # the restart's failed scrapes are batch-0's; on a loaded machine a scrape of another replica
+    # may also time out now and then (seen once in CI, with the real engine's test beside it)
+    assert {target for target, reason in failed if reason != "timeout"} == {"batch-0"}, failed
+    assert ("batch-0", "connect") in failed, failed
     assert stack.preempted and {s["metric"]["business_type"] for s in stack.preempted} == {"batch"}  # type: ignore[attr-defined]
     print(
         "\npages after the first:",

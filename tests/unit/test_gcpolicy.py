@@ -108,3 +108,26 @@ def test_a_pass_computes_with_the_pass_switch_interval_and_the_serving_one_comes
     assert seen and all(abs(x - 0.0005) < 1e-9 for x in seen)
     assert Settings.model_validate({"data_dir": str(tmp_path)}).server.pass_switch_interval == 0.001
     rt.store.close()
+
+
+def test_a_job_still_running_at_shutdown_says_so_in_a_line_not_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Shutdown waits for running passes up to `drain`'s limit and then stops waiting (the
+    scheduler cancels the job's coroutine): one warning naming the job, nothing raised."""
+    rt = Runtime(Settings.model_validate({"data_dir": str(tmp_path)}))
+
+    async def slow() -> None:
+        await asyncio.sleep(30)
+
+    async def shutdown_midway() -> None:
+        task = asyncio.create_task(rt.tracked(slow, "derive")())
+        await asyncio.sleep(0.05)
+        assert rt.inflight
+        task.cancel()
+        await task  # returns: the cancellation is the expected end of a job at shutdown
+        assert not rt.inflight and rt.job_timings.runs["derive"] == 1
+
+    asyncio.run(shutdown_midway())
+    assert "derive was still running at shutdown and was not waited for" in caplog.text
+    rt.store.close()
