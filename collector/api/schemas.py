@@ -143,56 +143,11 @@ class TargetsResponse(BaseModel):
 
 
 def quantile_out(q: QuantileEstimate) -> Quantile:
-    return Quantile(
-        quantile=q.quantile,
-        value_seconds=q.value,
-        lower_bound_seconds=q.lower_bound,
-        upper_bound_seconds=None if math.isinf(q.upper_bound) else q.upper_bound,
-        above_top_bound=q.above_top_bound,
-        below_first_bound=q.below_first_bound,
-        text=q.text,
-    )
-
-
-def latency_out(lat: LatencyStats) -> Latency:
-    return Latency(
-        count=lat.count,
-        mean_seconds=lat.mean_seconds,
-        quantiles=[quantile_out(q) for q in lat.quantiles],
-        estimated=lat.estimated,
-        source=lat.source,
-        mixed_bucket_layouts=lat.mixed_bucket_layouts,
-    )
-
-
-def gauge_out(g: GaugeStats | None) -> Gauge | None:
-    return None if g is None else Gauge(last=g.last, min=g.min, max=g.max, mean=g.mean)
+    return Quantile.model_validate(_quantile_dict(q))
 
 
 def serving_out(s: ServingStats) -> Serving:
-    return Serving(
-        window_seconds=s.window_seconds,
-        observed_seconds=s.observed_seconds,
-        requests=s.requests,
-        requests_per_second=s.requests_per_second,
-        finished=s.finished,
-        error_ratio=s.error_ratio,
-        prompt_tokens=s.prompt_tokens,
-        generation_tokens=s.generation_tokens,
-        prompt_tokens_per_second=s.prompt_tokens_per_second,
-        generation_tokens_per_second=s.generation_tokens_per_second,
-        preemptions_per_second=s.preemptions_per_second,
-        prefix_cache_queries=s.prefix_cache_queries,
-        prefix_cache_hits=s.prefix_cache_hits,
-        prefix_cache_hit_ratio=s.prefix_cache_hit_ratio,
-        prefix_cache_unit=s.prefix_cache_unit,
-        kv_cache_usage_ratio=gauge_out(s.kv_cache_usage),
-        requests_running=gauge_out(s.requests_running),
-        requests_waiting=gauge_out(s.requests_waiting),
-        latencies={k: latency_out(v) for k, v in s.latencies.items()},
-        lengths_tokens={k: latency_out(v) for k, v in s.lengths.items()},
-        tpot_mean_estimate_seconds=s.tpot_mean_estimate_seconds,
-    )
+    return Serving.model_validate(_serving_dict(s))
 
 
 def report_out(window: str, r: ServingReport) -> ServingResponse:
@@ -211,23 +166,24 @@ def report_out(window: str, r: ServingReport) -> ServingResponse:
     )
 
 
+def _quantile_dict(q: QuantileEstimate) -> dict[str, Any]:
+    return {
+        "quantile": q.quantile,
+        "value_seconds": q.value,
+        "lower_bound_seconds": q.lower_bound,
+        "upper_bound_seconds": None if q.upper_bound == math.inf else q.upper_bound,
+        "above_top_bound": q.above_top_bound,
+        "below_first_bound": q.below_first_bound,
+        "estimated": True,
+        "text": q.text,
+    }
+
+
 def _latency_dict(lat: LatencyStats) -> dict[str, Any]:
     return {
         "count": lat.count,
         "mean_seconds": lat.mean_seconds,
-        "quantiles": [
-            {
-                "quantile": q.quantile,
-                "value_seconds": q.value,
-                "lower_bound_seconds": q.lower_bound,
-                "upper_bound_seconds": None if q.upper_bound == math.inf else q.upper_bound,
-                "above_top_bound": q.above_top_bound,
-                "below_first_bound": q.below_first_bound,
-                "estimated": True,
-                "text": q.text,
-            }
-            for q in lat.quantiles
-        ],
+        "quantiles": [_quantile_dict(q) for q in lat.quantiles],
         "estimated": lat.estimated,
         "source": lat.source,
         "mixed_bucket_layouts": lat.mixed_bucket_layouts,
@@ -239,7 +195,8 @@ def _gauge_dict(g: GaugeStats | None) -> dict[str, Any] | None:
 
 
 def _serving_dict(s: ServingStats) -> dict[str, Any]:
-    """`serving_out(s)` as plain JSON values, in the same order (see `report_json`)."""
+    """`s` as the plain JSON values of `Serving`, in its order: what `serving_json` writes and
+    `serving_out` validates (one mapping for both)."""
     return {
         "window_seconds": s.window_seconds,
         "observed_seconds": s.observed_seconds,
