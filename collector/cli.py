@@ -496,7 +496,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Compile rules/ into alerts/ and dashboards/; with --check, exit 1 if either is not what the
     rules give (stale or hand-edited)."""
     from collector.generate.dashboards import dashboard_files
-    from collector.generate.files import differences, generate, write
+    from collector.generate.files import differences, generate, leftovers, write
     from collector.slo.spec import RulesError, load_rules
 
     try:
@@ -510,6 +510,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         stale = [out / rel for out, files in outputs for rel in differences(files, out)]
         for path in stale:
             print(f"{path}: differs from what `llmslo generate` writes", file=sys.stderr)
+        left = [out / rel for out, files in outputs for rel in leftovers(files, out)]
+        for path in left:
+            print(f"{path}: generated, but the rules no longer give it", file=sys.stderr)
+        stale += left
         if stale:
             print("generated files are stale or hand-edited: run `llmslo generate` and commit", file=sys.stderr)
             return 1
@@ -520,6 +524,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         changed = write(files, out)
         listing = ": " + ", ".join(changed) if changed else ""
         print(f"{out}: wrote {len(changed)} of {len(files)} generated file(s){listing}")
+        for rel in leftovers(files, out):
+            (out / rel).unlink()
+            print(f"{out}: removed {rel} (generated, and the rules no longer give it)")
     return 0
 
 

@@ -163,3 +163,19 @@ def differences(files: dict[str, str], out: Path) -> list[str]:
         for rel, text in sorted(files.items())
         if not (out / rel).exists() or (out / rel).read_text(encoding="utf-8") != text
     ]
+
+
+def leftovers(files: dict[str, str], out: Path) -> list[str]:
+    """Generated files under `out` the rules no longer give (a renamed or dropped test file, say):
+    each carries the generated header, so a file of the user's own is never taken for one."""
+    marker = GENERATED_HEADER.strip("# \n")
+    if not out.is_dir():
+        return []
+    return sorted(
+        rel
+        for path in out.rglob("*")
+        if path.is_file()
+        and path.suffix in (".yml", ".yaml", ".md", ".json")
+        and (rel := path.relative_to(out).as_posix()) not in files
+        and marker in path.read_text(encoding="utf-8", errors="replace")
+    )

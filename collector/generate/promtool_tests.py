@@ -112,10 +112,45 @@ def _alert(rule: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
-    """Four tests per burn-rate alert; evaluation times are multiples of `step_minutes`."""
+def _firing_alerts(rules: list[dict[str, Any]], pairs: list[BurnPair]) -> list[dict[str, Any]]:
+    """The expected alerts of `rules` (one objective's) when `pairs` fire."""
+    return [
+        _alert(a)
+        for a in rules
+        if any(
+            a["labels"]["long_window"] == window(p.long_seconds)
+            and a["labels"]["short_window"] == window(p.short_seconds)
+            and a["labels"]["severity"] == p.severity
+            for p in pairs
+        )
+    ]
+
+
+def _quiet_history(
+    pairs: tuple[BurnPair, ...], o: Objective, minutes_bad: int, least: int, step: int, baseline: float
+) -> int | None:
+    """The least healthy history (a multiple of `step`, at least `least` minutes, at most a week)
+    after which `minutes_bad` minutes of outage fire no pair and none is within the margin of
+    its threshold: long windows see only the history they have, so a short one can burn."""
+    history = math.ceil(least / step) * step
+    while history <= 7 * 1440:
+        if _firing_pairs(pairs, o, minutes_bad, history, baseline) == []:
+            return history
+        history += step
+    return None
+
+
+def burn_rate_tests(
+    rules: SloRules, step_minutes: int, quiet_step_minutes: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Four tests per burn-rate alert: it fires (checked at every step of the outage) and it
+    does not fire yet a few minutes into one, at eval times that are multiples of `step_minutes`;
+    low traffic and healthy traffic never page, on multiples of `quiet_step_minutes`. Burn-rate
+    alerts have no `for:`, so an outcome does not depend on the steps before it, and promtool's
+    work grows with the number of steps: the two lists go to two files."""
     alerts = burn_rate_alerts(rules)
     tests: list[dict[str, Any]] = []
+    quiet_tests: list[dict[str, Any]] = []
     for bt, o, sli in objectives_with_sli(rules):
         model = example_model(bt)
         if model is None:
@@ -129,7 +164,8 @@ def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
         if page.factor * o.error_budget >= 1:
             continue  # a 100 % error rate cannot burn this budget that fast: nothing to test
         # a full page long window and then some; longer windows see the history they have
-        history = int(max(p.long_seconds for p in rules.pairs if p.severity == "page") / 60) + 60
+        longest_page = int(max(p.long_seconds for p in rules.pairs if p.severity == "page") / 60)
+        history = math.ceil((longest_page + 60) / step_minutes) * step_minutes
         m, firing = step_minutes, None
         while m < 24 * 60:
             firing = _firing_pairs(rules.pairs, o, m, history, baseline)
@@ -138,15 +174,13 @@ def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
             m += step_minutes
         if firing is None:
             continue
-        expected = [
-            _alert(a)
-            for a in mine
-            if any(
-                a["labels"]["long_window"] == window(p.long_seconds)
-                and a["labels"]["short_window"] == window(p.short_seconds)
-                and a["labels"]["severity"] == p.severity
-                for p in firing
-            )
+
+        # and at every step of the outage before it, which pairs fire then (a step within the
+        # margin of a threshold is not checked): promtool evaluates those steps anyway
+        checks = [
+            {"eval_time": f"{history + t}m", "alertname": o.alert_name, "exp_alerts": _firing_alerts(mine, pairs)}
+            for t in range(0, m + 1, step_minutes)
+            if (pairs := _firing_pairs(rules.pairs, o, t, history, baseline)) is not None
         ]
         tests.append(
             {
@@ -160,9 +194,7 @@ def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
                         "exp_samples": [{"labels": f'{{business_type="{o.business_type}",slo="{o.slo}"}}', "value": 1}],
                     }
                 ],
-                "alert_rule_test": [
-                    {"eval_time": f"{history + m}m", "alertname": o.alert_name, "exp_alerts": expected}
-                ],
+                "alert_rule_test": checks,
             }
         )
         # does not fire yet: the short window is hot, the long one is not (yet)
@@ -172,10 +204,8 @@ def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
         quick = max(step_minutes, math.ceil(hot / step_minutes) * step_minutes)
         if quick > cool:
             quick = step_minutes
-        # enough healthy history that no pair fires yet (long windows see the history they have)
-        short_history = int(page.long_seconds / 60) + 10
-        while _firing_pairs(rules.pairs, o, quick, short_history, baseline) != [] and short_history < 7 * 1440:
-            short_history *= 2
+        least = int(page.long_seconds / 60) + 10
+        short_history = _quiet_history(rules.pairs, o, quick, least, step_minutes, baseline) or least
         tests.append(
             {
                 "name": f"{o.slo}: does not fire yet {quick}m into an outage",
@@ -186,27 +216,28 @@ def burn_rate_tests(rules: SloRules, step_minutes: int) -> list[dict[str, Any]]:
                 ],
             }
         )
-        tests.append(
+        # the same healthy history on the coarser step (two hours of outage end on a step too)
+        quiet = math.ceil(short_history / quiet_step_minutes) * quiet_step_minutes
+        bad = math.ceil(120 / quiet_step_minutes) * quiet_step_minutes
+        quiet_tests.append(
             {
                 "name": f"{o.slo}: low traffic (below min_events) never pages, even all bad",
                 "interval": "1m",
                 "input_series": _series(
-                    bt, o, sli, by_model, short_history, 120, rules.min_events / 3 / (short_history + 120), baseline
+                    bt, o, sli, by_model, quiet, bad, rules.min_events / 3 / (quiet + bad), baseline
                 ),
-                "alert_rule_test": [
-                    {"eval_time": f"{short_history + 120}m", "alertname": o.alert_name, "exp_alerts": []}
-                ],
+                "alert_rule_test": [{"eval_time": f"{quiet + bad}m", "alertname": o.alert_name, "exp_alerts": []}],
             }
         )
-        tests.append(
+        quiet_tests.append(
             {
                 "name": f"{o.slo}: healthy traffic never pages",
                 "interval": "1m",
-                "input_series": _series(bt, o, sli, by_model, short_history, 0, RATE, baseline),
-                "alert_rule_test": [{"eval_time": f"{short_history}m", "alertname": o.alert_name, "exp_alerts": []}],
+                "input_series": _series(bt, o, sli, by_model, quiet, 0, RATE, baseline),
+                "alert_rule_test": [{"eval_time": f"{quiet}m", "alertname": o.alert_name, "exp_alerts": []}],
             }
         )
-    return tests
+    return tests, quiet_tests
 
 
 def threshold_tests(rules: SloRules) -> list[dict[str, Any]]:
@@ -481,7 +512,9 @@ def drift_tests(rules: SloRules) -> list[dict[str, Any]]:
         return []
     m = f'model_name="{example_model(bt)}"'
     family = drift.SIGNALS["prompt_length"]
-    day = 1440
+    # healthy history: the 1h reference (offset by the 5m window) and then some; promtool
+    # evaluates every rule at every step from minute 0, so a day of it cost a minute per run
+    day = 120
     before = {100.0: 0.2, 200.0: 0.8}  # cumulative shares per bound; 1 from 500 on
     after = {100.0: 0.0, 200.0: 0.1, 500.0: 0.3}  # 1 from 1000 on
 
@@ -523,7 +556,10 @@ def drift_tests(rules: SloRules) -> list[dict[str, Any]]:
 
 
 def test_files(rules: SloRules, rule_files: list[str]) -> dict[str, dict[str, Any]]:
-    step = 5
+    # promtool evaluates every rule at every step from minute 0: 5-minute steps where a test
+    # checks a short window, 15-minute ones for the long quiet runs that must never page
+    step, quiet_step = 5, 15
+    burn, quiet = burn_rate_tests(rules, step, quiet_step)
     files = [f"../{f}" for f in rule_files if f != "llmslo-drift.rules.yml"]
     # recorded SLIs first, then the alerts that read them, at every evaluation step
     order = [g["name"] for g in recording_groups(rules)] + ["llmslo-slo-burn-rate", "llmslo-thresholds"]
@@ -532,7 +568,13 @@ def test_files(rules: SloRules, rule_files: list[str]) -> dict[str, dict[str, An
             "rule_files": files,
             "evaluation_interval": f"{step}m",
             "group_eval_order": order,
-            "tests": burn_rate_tests(rules, step),
+            "tests": burn,
+        },
+        "tests/llmslo-burn-rate-quiet.test.yml": {
+            "rule_files": files,
+            "evaluation_interval": f"{quiet_step}m",
+            "group_eval_order": order,
+            "tests": quiet,
         },
         "tests/llmslo-thresholds.test.yml": {
             "rule_files": files,

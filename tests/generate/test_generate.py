@@ -54,6 +54,29 @@ def test_check_fails_on_a_hand_edited_file(tmp_path: Path, capsys: pytest.Captur
     assert "llmslo-alerts.rules.yml: differs" in err and "llmslo-overview.json: differs" in err
 
 
+def test_a_generated_file_the_rules_no_longer_give_is_stale_and_removed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A renamed test file must not linger (promtool would still run the old one); a file of the
+    user's own beside the generated ones is left alone."""
+    out, dash = tmp_path / "alerts", tmp_path / "dashboards"
+    args = ["generate", "--rules", str(ROOT / "rules"), "--out", str(out), "--dashboards-out", str(dash)]
+    assert main(args) == 0
+    old = out / "tests" / "llmslo-burn-rate-old.test.yml"
+    old.write_text((out / "tests" / "llmslo-burn-rate.test.yml").read_text())
+    mine = out / "tests" / "team.test.yml"
+    mine.write_text("rule_files: [../llmslo-alerts.rules.yml]\ntests: []\n")
+    capsys.readouterr()
+    assert main([*args, "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "llmslo-burn-rate-old.test.yml: generated, but the rules no longer give it" in err
+    assert "team.test.yml" not in err
+    assert main(args) == 0
+    assert "removed tests/llmslo-burn-rate-old.test.yml" in capsys.readouterr().out
+    assert not old.exists() and mine.exists()
+    assert main([*args, "--check"]) == 0
+
+
 def test_every_file_has_the_header_and_no_float_noise() -> None:
     files = generate(load_rules(ROOT / "rules").rules)
     for name, text in files.items():
