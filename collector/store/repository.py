@@ -65,15 +65,22 @@ def make_engine(url: str) -> Engine:
 
 
 def _encode_floats(values: Sequence[float] | None) -> str | None:
-    return None if values is None else json.dumps(list(values))
+    """JSON text of a float list. Bucket counts are finite: their JSON is each float's repr, joined
+    as json.dumps joins them (a commit encodes every histogram's buckets twice, and the generic
+    encoder was a fifth of a commit's CPU); a NaN or infinity takes json.dumps' spelling."""
+    if values is None:
+        return None
+    try:
+        text = "[" + ", ".join(map(float.__repr__, values)) + "]"
+    except TypeError:  # not all floats (an int from an older caller): the generic encoder
+        return json.dumps(list(values))
+    if "n" in text:  # nan, inf: JSON spells them NaN, Infinity
+        return json.dumps(list(values))
+    return text
 
 
 def _decode_floats(text: str | None) -> list[float] | None:
     return None if text is None else [float(x) for x in json.loads(text)]
-
-
-def _nan_to_none(x: float) -> float | None:
-    return None if math.isnan(x) else x
 
 
 def _none_to_nan(x: float | None) -> float:
@@ -177,8 +184,8 @@ class Store:
             for item in batch:
                 item.new_ids = self._create_series(conn, item.target_id, item.deltas.cells, item.units, item.series_ids)
             unknown: dict[int, dict[int, Cell]] = {}  # minute -> series whose stored row must be read
-            rows: list[dict[str, Any]] = []
-            state_rows: list[dict[str, Any]] = []
+            rows: list[tuple[Any, ...]] = []
+            state_rows: list[tuple[Any, ...]] = []
             for item in batch:
                 ids = {**item.series_ids, **item.new_ids}
                 minute = item.deltas.minute
@@ -189,10 +196,9 @@ class Store:
                     unknown.setdefault(minute, {}).update(by_id)
                 else:
                     item.merged = {sid: _merged(known.get(sid), cell) for sid, cell in by_id.items()}
-                    rows.extend(_cell_to_row(sid, MINUTE_SECONDS, minute, c) for sid, c in item.merged.items())
+                    rows.extend(_rollup_params(sid, MINUTE_SECONDS, minute, c) for sid, c in item.merged.items())
                 state_rows.extend(
-                    {"series_id": ids[ident], "value": c.value, "sum": c.sum, "buckets": _encode_floats(c.buckets)}
-                    for ident, c in item.deltas.state.items()
+                    (ids[ident], c.value, c.sum, _encode_floats(c.buckets)) for ident, c in item.deltas.state.items()
                 )
             read_back: dict[int, Cell] = {}
             for minute, by_id in unknown.items():
@@ -201,8 +207,8 @@ class Store:
                 if item.merged is None:
                     ids = {**item.series_ids, **item.new_ids}
                     item.merged = {ids[ident]: read_back[ids[ident]] for ident in item.deltas.cells}
-            upsert(conn, rollups, rows, ROLLUP_KEYS, ROLLUP_VALUES)
-            upsert(conn, series_state, state_rows, ["series_id"], ["value", "sum", "buckets"])
+            upsert_params(conn, rollups.name, ROLLUP_COLUMNS, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+            upsert_params(conn, series_state.name, STATE_COLUMNS, state_rows, ["series_id"], STATE_COLUMNS[1:])
             # each target's new baseline (and process start, when the scrape gave one) in one
             # executemany: built per target through SQLAlchemy it cost more than the upserts
             conn.exec_driver_sql(
@@ -260,8 +266,8 @@ class Store:
         rows = []
         for sid, cell in by_id.items():
             merged[sid] = have = _merged(merged.get(sid), cell)
-            rows.append(_cell_to_row(sid, period, start, have))
-        upsert(conn, rollups, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+            rows.append(_rollup_params(sid, period, start, have))
+        upsert_params(conn, rollups.name, ROLLUP_COLUMNS, rows, ROLLUP_KEYS, ROLLUP_VALUES)
         return merged
 
     # --- reading windows ---------------------------------------------------------------------
@@ -415,6 +421,8 @@ class Store:
 
 ROLLUP_KEYS = ["series_id", "period_seconds", "start_unix"]
 ROLLUP_VALUES = [c.name for c in rollups.columns if c.name not in ROLLUP_KEYS]
+ROLLUP_COLUMNS = [*ROLLUP_KEYS, *ROLLUP_VALUES]  # the order of `_rollup_params`
+STATE_COLUMNS = ["series_id", "value", "sum", "buckets"]
 
 
 class OpenMinute:
@@ -510,10 +518,25 @@ def upsert(conn: Connection, table: Any, rows: list[dict[str, Any]], keys: list[
     if not rows:
         return
     columns = list(rows[0])
+    upsert_params(conn, table.name, columns, [tuple(r[c] for c in columns) for r in rows], keys, update_cols)
+
+
+def upsert_params(
+    conn: Connection,
+    table: str,
+    columns: Sequence[str],
+    params: list[tuple[Any, ...]],
+    keys: Sequence[str],
+    update_cols: Sequence[str],
+) -> None:
+    """`upsert` of rows already in `columns`' order: the scrape commit's path, which builds its
+    parameter tuples directly (one dict per row and then a tuple cost as much as the database)."""
+    if not params:
+        return
     sql = _upsert_sql(
-        conn.dialect.name, conn.dialect.paramstyle, table.name, tuple(columns), tuple(keys), tuple(update_cols)
+        conn.dialect.name, conn.dialect.paramstyle, table, tuple(columns), tuple(keys), tuple(update_cols)
     )
-    conn.exec_driver_sql(sql, [tuple(r[c] for c in columns) for r in rows])
+    conn.exec_driver_sql(sql, params)
 
 
 def _placeholder(paramstyle: str) -> str:
@@ -563,21 +586,23 @@ def _ident_from_row(row: Any) -> SeriesIdent:
     return SeriesIdent(SeriesKey(row.model, row.metric, labels), Kind(row.kind), bounds)
 
 
-def _cell_to_row(series_id: int, period: int, start: int, cell: Cell) -> dict[str, Any]:
-    return {
-        "series_id": series_id,
-        "period_seconds": period,
-        "start_unix": start,
-        "value": cell.value,
-        "sum": cell.sum,
-        "buckets": _encode_floats(cell.buckets),
-        "gmin": _nan_to_none(cell.gmin),
-        "gmax": _nan_to_none(cell.gmax),
-        "glast": _nan_to_none(cell.glast),
-        "n": cell.n,
-        "observed_seconds": cell.observed_seconds,
-        "last_unix": cell.last_unix,
-    }
+def _rollup_params(series_id: int, period: int, start: int, cell: Cell) -> tuple[Any, ...]:
+    """A rollup row's values in ROLLUP_COLUMNS' order (NaN gauge fields as NULL)."""
+    gmin, gmax, glast = cell.gmin, cell.gmax, cell.glast
+    return (
+        series_id,
+        period,
+        start,
+        cell.value,
+        cell.sum,
+        _encode_floats(cell.buckets),
+        None if gmin != gmin else gmin,  # NaN is the only float unequal to itself
+        None if gmax != gmax else gmax,
+        None if glast != glast else glast,
+        cell.n,
+        cell.observed_seconds,
+        cell.last_unix,
+    )
 
 
 def _cell_from_row(row: Any, kind: Kind) -> Cell:

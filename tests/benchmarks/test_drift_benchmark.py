@@ -24,7 +24,7 @@ from collector.drift.engine import DRIFT_METRICS
 from collector.rollup import MINUTE_SECONDS, period_start
 from collector.runtime import Runtime
 from collector.sim.exposition import EngineMetrics, render
-from collector.store.repository import ROLLUP_KEYS, ROLLUP_VALUES, _cell_to_row, upsert
+from collector.store.repository import ROLLUP_COLUMNS, ROLLUP_KEYS, ROLLUP_VALUES, _rollup_params, upsert_params
 from collector.store.tables import rollups
 
 pytestmark = pytest.mark.benchmark
@@ -58,12 +58,12 @@ def fill(rt: Runtime, hours: int, now: float) -> int:
                         cell.buckets = [n * min(1.0, (i + 1) / (k * 0.6)) for i in range(k)]
                         cell.sum = n * 200
                     cell.observed_seconds = 60.0
-                    rows.append(_cell_to_row(sid, MINUTE_SECONDS, t, cell))
+                    rows.append(_rollup_params(sid, MINUTE_SECONDS, t, cell))
                 if len(rows) > 50_000:
-                    upsert(conn, rollups, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+                    upsert_params(conn, rollups.name, ROLLUP_COLUMNS, rows, ROLLUP_KEYS, ROLLUP_VALUES)
                     written += len(rows)
                     rows = []
-            upsert(conn, rollups, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+            upsert_params(conn, rollups.name, ROLLUP_COLUMNS, rows, ROLLUP_KEYS, ROLLUP_VALUES)
             written += len(rows)
     return written
 

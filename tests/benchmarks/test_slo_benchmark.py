@@ -25,7 +25,7 @@ from collector.config import Settings
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, period_start
 from collector.runtime import Runtime
 from collector.sim.exposition import EngineMetrics, render
-from collector.store.repository import ROLLUP_KEYS, ROLLUP_VALUES, _cell_to_row, upsert
+from collector.store.repository import ROLLUP_COLUMNS, ROLLUP_KEYS, ROLLUP_VALUES, _rollup_params, upsert_params
 from collector.store.tables import rollups
 
 pytestmark = pytest.mark.benchmark
@@ -74,12 +74,12 @@ def fill(rt: Runtime, days: int, now: float) -> int:
                     if cell.buckets is not None:
                         cell.buckets = [30 * scale * (i + 1) / len(cell.buckets) for i in range(len(cell.buckets))]
                     cell.observed_seconds = float(period)
-                    rows.append(_cell_to_row(sid, period, t, cell))
+                    rows.append(_rollup_params(sid, period, t, cell))
                 if len(rows) > 50_000:
-                    upsert(conn, rollups, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+                    upsert_params(conn, rollups.name, ROLLUP_COLUMNS, rows, ROLLUP_KEYS, ROLLUP_VALUES)
                     written += len(rows)
                     rows = []
-            upsert(conn, rollups, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+            upsert_params(conn, rollups.name, ROLLUP_COLUMNS, rows, ROLLUP_KEYS, ROLLUP_VALUES)
             written += len(rows)
     return written
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from collector.analytics.serving import derive
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, SeriesIdent
@@ -142,3 +147,18 @@ def test_a_new_bucket_layout_gets_its_own_stored_series(store: Store) -> None:
     ttft = [sc for sc in store.read_window(6000, 6060) if sc.ident.key.metric == "ttft"]
     assert sorted(len(sc.ident.bounds) for sc in ttft) == [16, 22]
     assert sum(sc.cell.value for sc in ttft) == 40.0
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(2**52), 2**52), max_size=40))
+def test_bucket_text_is_what_json_writes_and_reads_back(values: list[float]) -> None:
+    """The commit path's float-list encoding writes exactly json.dumps' text (rows written before
+    it and after it are one format) and reads back to the same numbers."""
+    from collector.store.repository import _decode_floats, _encode_floats
+
+    text = _encode_floats(values)
+    assert text == json.dumps(values)
+    back = _decode_floats(text)
+    assert back is not None and len(back) == len(values)
+    for a, b in zip(back, values, strict=True):
+        assert (math.isnan(a) and math.isnan(b)) or a == b
+    assert _encode_floats(None) is None
