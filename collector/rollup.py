@@ -129,7 +129,9 @@ def period_start(unix: float, period_seconds: int = MINUTE_SECONDS) -> int:
 
 @dataclass(slots=True)
 class ScrapeDeltas:
-    """What one scrape adds: one cell per series for the scrape's minute, and the new state.
+    """What one scrape adds: one cell per series for the scrape's minute, and the new state of
+    the series whose cumulative values changed (or that are new): an unchanged series' stored
+    state is already right, and an idle server's counters need no write every scrape.
 
     `restarted` says the server restarted since the previous committed scrape (a new process
     start time, or a counter that went down); `resets` counts the series that reset.
@@ -196,7 +198,8 @@ class DeltaTracker:
                 delta = value - prev.value
             cells[ident] = cell = Cell(Kind.COUNTER, value=delta, last_unix=now_unix)
             counter_cells.append(cell)
-            state[ident] = Cumulative(value)
+            if prev is None or value != prev.value:
+                state[ident] = Cumulative(value)
         for key, value in snapshot.gauges.items():
             ident = SeriesIdent(key, Kind.GAUGE)
             cells[ident] = Cell(
@@ -226,7 +229,8 @@ class DeltaTracker:
                 count, total = point.count - prev.value, point.sum - prev.sum
             cells[ident] = cell = Cell(Kind.HISTOGRAM, value=count, sum=total, buckets=buckets, last_unix=now_unix)
             counter_cells.append(cell)
-            state[ident] = Cumulative(point.count, point.sum, list(cur))
+            if prev is None or point.count != prev.value or point.sum != prev.sum or prev.buckets != cur:
+                state[ident] = Cumulative(point.count, point.sum, list(cur))
         if restarted:
             resets += len(counter_cells)
             if started is not None and baseline is not None:

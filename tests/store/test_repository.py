@@ -78,6 +78,32 @@ def test_a_collector_restart_resumes_deltas_and_loses_nothing(db_url: str) -> No
     second.close()
 
 
+def test_only_changed_series_store_their_state_and_a_restart_still_resumes_exactly(db_url: str) -> None:
+    """An idle server's scrape writes its minute cells but no series state (nothing changed): the
+    stored state is still the truth a restarted collector resumes from."""
+    first = Store(db_url)
+    c = Collector(first)
+    c.scrape(workload(1), 6000.0)
+    c.scrape(workload(2), 6015.0)
+    snap = scrape(workload(2))  # no request since the last scrape
+    deltas = c.tracker.observe(snap, 6030.0)
+    assert deltas.state == {} and deltas.cells
+    first.commit_scrape(c.target_id, deltas, snap.units, c.ids, 6030.0)
+    c.tracker.commit(deltas, 6030.0)
+    changed = c.tracker.observe(scrape(workload(3)), 6040.0)
+    assert PROMPT in changed.state and changed.state[PROMPT].value == 15000.0
+    first.close()
+
+    second = Store(db_url)  # a new process: state comes from the database
+    c2 = Collector(second)
+    assert c2.tracker.state == c.tracker.state and c2.tracker.baseline_unix == 6030.0
+    c2.scrape(workload(3), 6045.0)
+    assert totals(second, 6000, 6060)["prompt_tokens"] == 10000.0  # from workload 1 to 3, once
+    rows = {sc.ident: sc.cell for sc in second.read_window(6000, 6060)}
+    assert rows[PROMPT].observed_seconds == 45.0  # the idle scrape's 15 s are covered too
+    second.close()
+
+
 def test_a_vllm_restart_mid_window_gives_no_negative_delta(store: Store) -> None:
     c = Collector(store)
     c.scrape(workload(1), 6000.0)
