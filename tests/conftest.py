@@ -33,7 +33,7 @@ if importlib.util.find_spec("xdist") is not None:
         """Under pytest-xdist (the test command runs two workers): each test module runs whole on
         one worker, so that its module fixtures (a Prometheus stack, a simulated week) start
         once, and the real-vLLM tier's modules share one worker (one engine on the CPU at a time)
-        with the generated promtool tests: promtool keeps both cores busy for minutes, and the
+        with the generated promtool tests: promtool keeps both cores busy for a minute or more, and the
         real engine's drift assertions have time bounds (the incident run missed its 150 s for
         the prompt-length drift when the two ran together on two cores; alone it passes).
         (xdist's own `--dist loadgroup` marks do not take with pytest 9.2, which keeps a node's
