@@ -303,9 +303,7 @@ class Store:
     ) -> list[Row]:
         """Every stored cell with start in [start_unix, end_unix), unmerged (for evaluators that
         need several windows, or time slices, from one read); `period`: minute or hour cells only."""
-        cond = [rollups.c.start_unix >= start_unix, rollups.c.start_unix < end_unix]
-        if period is not None:
-            cond.append(rollups.c.period_seconds == period)
+        cond = _in_time_range(start_unix, end_unix, period)
         if metrics is not None:
             cond.append(series.c.metric.in_(sorted(set(metrics))))
         if target is not None:
@@ -344,9 +342,12 @@ class Store:
 
     def first_unix(self) -> int | None:
         """The start of the oldest stored engine cell (None: nothing stored)."""
-        with self.engine.connect() as conn:
-            value = conn.execute(select(func.min(rollups.c.start_unix))).scalar()
-        return None if value is None else int(value)
+        with self.engine.connect() as conn:  # per period: each is the first entry of its index range
+            firsts = [
+                conn.execute(select(func.min(rollups.c.start_unix)).where(rollups.c.period_seconds == p)).scalar()
+                for p in PERIODS
+            ]
+        return min((int(v) for v in firsts if v is not None), default=None)
 
     def coverage(self, start_unix: int, end_unix: int, intervals: dict[str, float] | None = None) -> dict[str, float]:
         """Per target, the seconds of [start, end) that hold any stored cell: a minute with a good
@@ -360,7 +361,7 @@ class Store:
                     targets, targets.c.id == series.c.target_id
                 )
             )
-            .where(rollups.c.start_unix >= start_unix, rollups.c.start_unix < end_unix)
+            .where(*_in_time_range(start_unix, end_unix))
             .group_by(targets.c.name, rollups.c.period_seconds)
         )
         out: dict[str, float] = {}
@@ -417,6 +418,20 @@ class Store:
                 delete(rollups).where(rollups.c.period_seconds == HOUR_SECONDS, rollups.c.start_unix < expire)
             )
         return len(rows), int(expired.rowcount or 0)
+
+
+PERIODS = (MINUTE_SECONDS, HOUR_SECONDS)  # the only periods rollups are stored at
+
+
+def _in_time_range(start_unix: int, end_unix: int, period: int | None = None) -> list[Any]:
+    """Conditions for the rollups starting in [start, end) of `period`, or of either period: the
+    window index leads with the period, so a condition on the start alone scanned the whole
+    table (every stored minute of every series, once a minute for the running windows)."""
+    return [
+        rollups.c.period_seconds.in_(PERIODS) if period is None else rollups.c.period_seconds == period,
+        rollups.c.start_unix >= start_unix,
+        rollups.c.start_unix < end_unix,
+    ]
 
 
 ROLLUP_KEYS = ["series_id", "period_seconds", "start_unix"]

@@ -188,3 +188,35 @@ def test_bucket_text_is_what_json_writes_and_reads_back(values: list[float]) -> 
     for a, b in zip(back, values, strict=True):
         assert (math.isnan(a) and math.isnan(b)) or a == b
     assert _encode_floats(None) is None
+
+
+def test_time_range_reads_search_the_window_index_instead_of_scanning_every_row(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The running windows read each closed minute, drift and the reports read ranges: with 48 h
+    of minute rows at fleet size a full scan per read is tens of millions of rows. SQLite's own
+    query plan for every statement these reads send must search the window index."""
+    from sqlalchemy import event
+
+    store = Store(f"sqlite:///{tmp_path / 'plan.db'}")
+    c = Collector(store)
+    for i, now in enumerate((6000.0, 6015.0, 6075.0, 9700.0)):
+        c.scrape(workload(i + 1), now)
+    store.compact(10_800.0, 3600.0, 90 * 86400.0)  # minutes before 7200 become the hour row of 3600
+    sent: list[tuple[str, object]] = []
+
+    def record(_conn, _cursor, statement, parameters, _context, _many) -> None:  # type: ignore[no-untyped-def]
+        if "llmslo_rollups" in statement:
+            sent.append((statement, parameters))
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    rows = store.read_rows(0, 20_000, metrics=["prompt_tokens"])
+    assert {r.period_seconds for r in rows} == {MINUTE_SECONDS, HOUR_SECONDS}  # both periods still read
+    assert totals(store, 3600, 10_800)["prompt_tokens"] == 5000.0 * 3  # the first scrape is the baseline
+    assert store.coverage(0, 20_000)
+    assert store.first_unix() == 3600
+    event.remove(store.engine, "before_cursor_execute", record)
+    assert len(sent) >= 4
+    with store.engine.connect() as conn:
+        for statement, parameters in sent:
+            plan = " / ".join(str(r[-1]) for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters))
+            assert "SCAN llmslo_rollups" not in plan, (statement, plan)
+    store.close()
