@@ -207,7 +207,7 @@ class Store:
                 if item.merged is None:
                     ids = {**item.series_ids, **item.new_ids}
                     item.merged = {ids[ident]: read_back[ids[ident]] for ident in item.deltas.cells}
-            upsert_params(conn, rollups.name, ROLLUP_COLUMNS, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+            upsert_rollups(conn, rows)
             upsert_params(conn, series_state.name, STATE_COLUMNS, state_rows, ["series_id"], STATE_COLUMNS[1:])
             # each target's new baseline (and process start, when the scrape gave one) in one
             # executemany: built per target through SQLAlchemy it cost more than the upserts
@@ -267,7 +267,7 @@ class Store:
         for sid, cell in by_id.items():
             merged[sid] = have = _merged(merged.get(sid), cell)
             rows.append(_rollup_params(sid, period, start, have))
-        upsert_params(conn, rollups.name, ROLLUP_COLUMNS, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+        upsert_rollups(conn, rows)
         return merged
 
     # --- reading windows ---------------------------------------------------------------------
@@ -435,8 +435,10 @@ def _in_time_range(start_unix: int, end_unix: int, period: int | None = None) ->
 
 
 ROLLUP_KEYS = ["series_id", "period_seconds", "start_unix"]
-ROLLUP_VALUES = [c.name for c in rollups.columns if c.name not in ROLLUP_KEYS]
+ROLLUP_VALUES = ["value", "sum", "buckets", "gmin", "gmax", "glast", "n", "observed_seconds", "last_unix"]
 ROLLUP_COLUMNS = [*ROLLUP_KEYS, *ROLLUP_VALUES]  # the order of `_rollup_params`
+# a column added to the table must be added to `_rollup_params` too
+assert sorted(ROLLUP_COLUMNS) == sorted(c.name for c in rollups.columns), "ROLLUP_COLUMNS is not the table's"
 STATE_COLUMNS = ["series_id", "value", "sum", "buckets"]
 
 
@@ -599,6 +601,11 @@ def _ident_from_row(row: Any) -> SeriesIdent:
     labels = tuple((str(k), str(v)) for k, v in json.loads(row.labels))
     bounds = tuple(float(b) for b in json.loads(row.bounds))
     return SeriesIdent(SeriesKey(row.model, row.metric, labels), Kind(row.kind), bounds)
+
+
+def upsert_rollups(conn: Connection, params: list[tuple[Any, ...]]) -> None:
+    """Add or replace rollup rows given as `_rollup_params` tuples."""
+    upsert_params(conn, rollups.name, ROLLUP_COLUMNS, params, ROLLUP_KEYS, ROLLUP_VALUES)
 
 
 def _rollup_params(series_id: int, period: int, start: int, cell: Cell) -> tuple[Any, ...]:

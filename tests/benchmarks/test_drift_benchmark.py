@@ -24,8 +24,7 @@ from collector.drift.engine import DRIFT_METRICS
 from collector.rollup import MINUTE_SECONDS, period_start
 from collector.runtime import Runtime
 from collector.sim.exposition import EngineMetrics, render
-from collector.store.repository import ROLLUP_COLUMNS, ROLLUP_KEYS, ROLLUP_VALUES, _rollup_params, upsert_params
-from collector.store.tables import rollups
+from collector.store.repository import _rollup_params, upsert_rollups
 
 pytestmark = pytest.mark.benchmark
 TYPES = 13
@@ -60,10 +59,10 @@ def fill(rt: Runtime, hours: int, now: float) -> int:
                     cell.observed_seconds = 60.0
                     rows.append(_rollup_params(sid, MINUTE_SECONDS, t, cell))
                 if len(rows) > 50_000:
-                    upsert_params(conn, rollups.name, ROLLUP_COLUMNS, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+                    upsert_rollups(conn, rows)
                     written += len(rows)
                     rows = []
-            upsert_params(conn, rollups.name, ROLLUP_COLUMNS, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+            upsert_rollups(conn, rows)
             written += len(rows)
     return written
 

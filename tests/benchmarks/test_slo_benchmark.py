@@ -25,8 +25,7 @@ from collector.config import Settings
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, period_start
 from collector.runtime import Runtime
 from collector.sim.exposition import EngineMetrics, render
-from collector.store.repository import ROLLUP_COLUMNS, ROLLUP_KEYS, ROLLUP_VALUES, _rollup_params, upsert_params
-from collector.store.tables import rollups
+from collector.store.repository import _rollup_params, upsert_rollups
 
 pytestmark = pytest.mark.benchmark
 
@@ -76,10 +75,10 @@ def fill(rt: Runtime, days: int, now: float) -> int:
                     cell.observed_seconds = float(period)
                     rows.append(_rollup_params(sid, period, t, cell))
                 if len(rows) > 50_000:
-                    upsert_params(conn, rollups.name, ROLLUP_COLUMNS, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+                    upsert_rollups(conn, rows)
                     written += len(rows)
                     rows = []
-            upsert_params(conn, rollups.name, ROLLUP_COLUMNS, rows, ROLLUP_KEYS, ROLLUP_VALUES)
+            upsert_rollups(conn, rows)
             written += len(rows)
     return written
 
