@@ -6,6 +6,7 @@ environment variable), so `llmslo check-config` can print them all and exit non-
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -367,6 +368,29 @@ class ReportConfig(_Strict):
         return v
 
 
+class ClusterConfig(_Strict):
+    """Several collectors on one PostgreSQL database, each scraping its own shard of the targets
+    (collector/cluster.py). Setting `name` turns it on."""
+
+    # this collector's name, unique among the collectors sharing the database (it labels the
+    # alerts of its own targets: `collector`)
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]+$", min_length=1, max_length=128)
+    # the targets are split into `shards` by a hash of their name, as Prometheus' hashmod does:
+    # every collector reads the same target list (the fleet map, the cost inventory need all of
+    # it) and scrapes the targets of its own `shard` (0 to shards - 1)
+    shards: int = Field(1, ge=1)
+    shard: int = Field(0, ge=0)
+    # a throughput or cost slice is judged this long after it ends, when the other collectors'
+    # part of it has been published (each publishes on its SLO pass)
+    settle: Duration = Field(120.0, ge=0)
+
+    def scrapes(self, target: str) -> bool:
+        """Whether this collector's shard holds `target` (md5 of the name, modulo `shards`)."""
+        if self.shards == 1:
+            return True
+        return int.from_bytes(hashlib.md5(target.encode()).digest()[8:], "big") % self.shards == self.shard
+
+
 class Settings(_Strict):
     data_dir: str = "./data"
     database_url: str | None = None
@@ -392,6 +416,7 @@ class Settings(_Strict):
     drift: DriftConfig = DriftConfig()
     compare: CompareConfig = CompareConfig()
     report: ReportConfig = ReportConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     @field_validator("windows")
     @classmethod
@@ -542,6 +567,21 @@ def _cross_checks(settings: Settings, source: str, root: yaml.Node | None) -> li
                 f"{where}: targets[{i}].timeout: {timeout:g}s is longer than the scrape interval {interval:g}s"
             )
     problems += _deployment_checks(settings, source, root)
+    if settings.cluster.shard >= settings.cluster.shards:
+        where = f"{source}:{line_of(root, ('cluster', 'shard')) or '?'}"
+        problems.append(
+            f"{where}: cluster.shard: {settings.cluster.shard} is not below cluster.shards "
+            f"({settings.cluster.shards}); shards are numbered from 0"
+        )
+    if settings.cluster.shards > 1 and settings.cluster.name is None:
+        where = f"{source}:{line_of(root, ('cluster', 'shards')) or '?'}"
+        problems.append(f"{where}: cluster.shards: name this collector (cluster.name) to shard the targets")
+    if settings.cluster.name is not None and not settings.resolved_database_url.startswith("postgresql"):
+        where = f"{source}:{line_of(root, ('cluster', 'name')) or '?'}"
+        problems.append(
+            f"{where}: cluster.name: sharded collectors share one PostgreSQL database (database_url: "
+            "postgresql+psycopg://...); the embedded SQLite database belongs to one collector"
+        )
     return problems
 
 

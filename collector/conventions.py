@@ -34,6 +34,13 @@ TARGET_RESTARTS_TOTAL: Final = PREFIX + "target_restarts_total"
 TARGET_LAST_RESTART_SECONDS: Final = PREFIX + "target_last_restart_timestamp_seconds"
 TARGET_PROCESS_START_SECONDS: Final = PREFIX + "target_process_start_time_seconds"
 BUILD_INFO: Final = PREFIX + "build_info"
+# sharded collectors (collector/cluster.py)
+CLUSTER_LEADER: Final = PREFIX + "cluster_leader"
+CLUSTER_PEERS: Final = PREFIX + "cluster_peers"
+CLUSTER_COUNTS_PUBLISHED_TOTAL: Final = PREFIX + "cluster_counts_published_total"
+CLUSTER_COUNTS_RECEIVED_TOTAL: Final = PREFIX + "cluster_counts_received_total"
+CLUSTER_COUNTS_LATE_TOTAL: Final = PREFIX + "cluster_counts_late_total"
+CLUSTER_EXCHANGE_FAILURES_TOTAL: Final = PREFIX + "cluster_exchange_failures_total"
 # each periodic job (derive, drift, slo, report, ...): like Prometheus' rule-group timings
 JOB_LAST_DURATION: Final = PREFIX + "job_last_duration_seconds"
 JOB_DURATION_TOTAL: Final = PREFIX + "job_duration_seconds_total"

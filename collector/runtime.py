@@ -23,6 +23,7 @@ from collector import gcpolicy
 from collector.analytics.histsums import Fold, OpenHistograms, SlidingHistograms
 from collector.analytics.running import RunningWindows
 from collector.analytics.serving import LazyGroups, ServingReport, build_report, build_report_from_sums
+from collector.cluster import FLEET, Cluster
 from collector.config import Settings, TargetConfig
 from collector.cost.allocation import (
     COST_METRICS,
@@ -132,9 +133,12 @@ class Runtime:
         self.client = httpx.AsyncClient(follow_redirects=False, trust_env=False, verify=self.tls)  # Alertmanager
         self.store_lock = asyncio.Lock()
         self.committer = GroupCommitter(self.store, self.store_lock)
+        # sharded (collector/cluster.py), the targets of this collector's shard; the others are
+        # still known (the fleet map, the cost inventory) but scraped by another collector
         self.scrapers: dict[str, TargetScraper] = {
             t.name: TargetScraper(t, settings, self.store, self._scrape_client(t), self.committer)
             for t in settings.targets
+            if settings.cluster.scrapes(t.name)
         }
         self.loops = ScrapeLoops(list(self.scrapers.values()), self.tracked)
         # long windows of the serving view as running sums (collector/analytics/running.py); a
@@ -189,6 +193,14 @@ class Runtime:
         for scraper in self.scrapers.values():
             scraper.on_commit = self._committed
         self.alerts = AlertBook(self.store)
+        # sharded collectors on one PostgreSQL database (collector/cluster.py)
+        self.cluster: Cluster | None = None
+        if settings.cluster.name is not None:
+            self.cluster = Cluster(self.store, settings.resolved_database_url, settings.cluster.name)
+            self.alerts.fleet_owner, self.alerts.local_owner = FLEET, settings.cluster.name
+            self.alerts.owners = frozenset({settings.cluster.name})  # the fleet's once elected
+            if self.ledger is not None:
+                self.ledger.share(settings.cluster.settle)
         self.slo_statuses: list[SloStatus] = []
         self.traces = TraceIngest(self)
         self.request_snapshot: dict[tuple[float, str, str], RequestSummary] = {}
@@ -268,6 +280,8 @@ class Runtime:
     async def close(self) -> None:
         await self.drain()
         await self.client.aclose()
+        if self.cluster is not None:
+            self.cluster.close()  # hands the elected evaluator's lock on at once
         for scraper in self.scrapers.values():
             if scraper.client is not None:
                 await scraper.client.aclose()
@@ -295,17 +309,34 @@ class Runtime:
                     now_unix,
                 )
                 log.info("SLO ledger filled from the stored rollups in %.1f s", time.perf_counter() - started)
+            if self.cluster is not None:
+                self._sync_cluster(ledger)
             statuses = ledger.statuses(now_unix)
             incidents = cache_alerts_from(self.rules, now_unix, ledger.cache, ledger.cache_sums)
         else:
             statuses, incidents = self._evaluate_from_store(self.rules, now_unix)
-        incidents |= target_alerts(self.rules, self.target_health(), now_unix)
         if self.drift is not None:
             incidents |= drift_alerts(self.rules, self.drift.latest, self.settings.drift.severity)
-        incidents |= memory_alerts(self.rules, self.memory_readings(now_unix), self.memory_high_since, now_unix)
-        self.alerts.apply(self.rules, statuses, now_unix, incidents=incidents)
+        # the alerts of this collector's own targets: sharded, each collector keeps its own
+        local = target_alerts(self.rules, self.target_health(), now_unix)
+        local |= memory_alerts(self.rules, self.memory_readings(now_unix), self.memory_high_since, now_unix)
+        self.alerts.apply(self.rules, statuses, now_unix, incidents=incidents, local=local)
         self.slo_statuses = statuses
         return statuses
+
+    def _sync_cluster(self, ledger: SloLedger) -> None:
+        """Exchange SLO counts with the other collectors and take on (or give up) the fleet's
+        alerts with the elected evaluator's lock."""
+        assert self.cluster is not None
+        own = self.settings.cluster.name or ""
+        leader = self.cluster.sync(ledger)
+        self.alerts.set_owners(frozenset({own, FLEET, ""}) if leader else frozenset({own}))
+
+    @property
+    def exports_slo_status(self) -> bool:
+        """Whether /metrics carries the SLO status series: sharded, only the elected evaluator's
+        (every collector's ledger holds the same fleet, and one copy is what a dashboard wants)."""
+        return self.cluster is None or self.cluster.leader
 
     def _evaluate_from_store(self, rules: SloRules, now_unix: float) -> tuple[list[SloStatus], Wanted]:
         start, end = period_bounds(rules, now_unix)

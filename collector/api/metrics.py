@@ -193,7 +193,8 @@ class LlmsloCollector(Collector):
             for o, counted in rt.ledger.events_since_start():
                 good.add_metric([o.slo, o.business_type], counted.good)
                 total.add_metric([o.slo, o.business_type], counted.total)
-        for st in rt.slo_statuses:
+        # sharded, the status series come from the elected evaluator alone (collector/cluster.py)
+        for st in rt.slo_statuses if rt.exports_slo_status else ():
             labels = [st.objective.slo, st.objective.business_type]
             for seconds, w in sorted(st.windows.items()):
                 if w.sli is not None:
@@ -257,6 +258,39 @@ class LlmsloCollector(Collector):
         for target, model, _ in fleet.conflicts():
             conflicts.add_metric([target, model], 1.0)
         yield from (unassigned, conflicts)
+        yield from self._cluster()
+
+    def _cluster(self) -> Iterator[Metric]:
+        cluster = self.runtime.cluster
+        if cluster is None:
+            return
+        leader = GaugeMetricFamily(
+            conv.CLUSTER_LEADER,
+            "1 while this collector is the elected SLO evaluator of the sharded fleet (it sends the fleet's alerts).",
+        )
+        leader.add_metric([], 1.0 if cluster.leader else 0.0)
+        peers = GaugeMetricFamily(
+            conv.CLUSTER_PEERS, "Other collectors whose SLO counts arrived within the last 10 minutes."
+        )
+        peers.add_metric([], float(cluster.exchange.peers()))
+        published = CounterMetricFamily(
+            conv.CLUSTER_COUNTS_PUBLISHED_TOTAL, "SLO counts (rows) this collector published for the others."
+        )
+        published.add_metric([], float(cluster.published))
+        received = CounterMetricFamily(
+            conv.CLUSTER_COUNTS_RECEIVED_TOTAL, "SLO counts (rows) taken from the other collectors."
+        )
+        received.add_metric([], float(cluster.received))
+        late = CounterMetricFamily(
+            conv.CLUSTER_COUNTS_LATE_TOTAL,
+            "Published slice counts that arrived after their slice was judged (raise cluster.settle).",
+        )
+        late.add_metric([], float(self.runtime.ledger.late if self.runtime.ledger is not None else 0))
+        failures = CounterMetricFamily(
+            conv.CLUSTER_EXCHANGE_FAILURES_TOTAL, "SLO passes whose exchange with the database failed."
+        )
+        failures.add_metric([], float(cluster.failures))
+        yield from (leader, peers, published, received, late, failures)
 
 
 class DerivedCollector(Collector):

@@ -45,6 +45,7 @@ class AlertInstance:
     delivered_state: str | None = None
     attempts: int = 0
     next_attempt_unix: float = 0.0
+    owner: str = ""  # who keeps and sends it (collector/cluster.py); "" unsharded
 
     def payload(self, resend_interval: float, now: float) -> dict[str, Any]:
         """One alert of Alertmanager's API v2 `POST /api/v2/alerts` body."""
@@ -136,14 +137,37 @@ def alert_for(rules: SloRules, st: SloStatus, ps: PairState) -> tuple[str, dict[
 
 @dataclass
 class AlertBook:
-    """The persisted alert instances and their transitions."""
+    """The persisted alert instances and their transitions.
+
+    Sharded collectors (collector/cluster.py) share the table: each keeps the instances of the
+    owners it acts for (`owners`): its own name for the alerts of its own targets (`local`, which
+    then carry a `collector` label), and `fleet` (with the unsharded "") while it is the elected
+    evaluator, for the SLO burn rates and the fleet-wide incidents. Unsharded, every owner is ""."""
 
     store: Store
     instances: dict[str, AlertInstance] = field(default_factory=dict)
+    fleet_owner: str = ""
+    local_owner: str = ""
+    owners: frozenset[str] = frozenset({""})
 
     def load(self) -> None:
+        self._load(self.owners)
+
+    def set_owners(self, owners: frozenset[str]) -> None:
+        """Act for `owners` from now on: instances of an owner given up are forgotten (its next
+        holder loads them), those of an owner taken on are loaded."""
+        if owners == self.owners:
+            return
+        added = owners - self.owners
+        self.instances = {fp: i for fp, i in self.instances.items() if i.owner in owners}
+        self.owners = owners
+        self._load(added)
+
+    def _load(self, owners: frozenset[str]) -> None:
+        if not owners:
+            return
         with self.store.engine.connect() as conn:
-            for row in conn.execute(select(alerts_table)):
+            for row in conn.execute(select(alerts_table).where(alerts_table.c.owner.in_(sorted(owners)))):
                 self.instances[row.fingerprint] = AlertInstance(
                     row.fingerprint,
                     json.loads(row.labels),
@@ -157,6 +181,7 @@ class AlertBook:
                     row.delivered_state,
                     row.attempts,
                     row.next_attempt_unix,
+                    row.owner,
                 )
 
     def apply(
@@ -166,22 +191,31 @@ class AlertBook:
         now: float,
         for_seconds: float = 0.0,
         incidents: dict[str, tuple[dict[str, str], dict[str, str]]] | None = None,
+        local: dict[str, tuple[dict[str, str], dict[str, str]]] | None = None,
     ) -> list[AlertInstance]:
         """Advance every instance to what the statuses (and the incident alerts, collector/slo/
-        incidents.py) say; persist; return the changed ones."""
-        wanted: dict[str, tuple[dict[str, str], dict[str, str]]] = dict(incidents or {})
-        for st in statuses:
-            for ps in st.pairs:
-                if ps.firing:
-                    fp, labels, annotations = alert_for(rules, st, ps)
-                    wanted[fp] = (labels, annotations)
+        incidents.py: fleet-wide `incidents`, and the `local` ones of this collector's own
+        targets) say, for the owners this book acts for; persist; return the changed ones."""
+        wanted: dict[str, tuple[dict[str, str], dict[str, str], str]] = {}
+        if self.fleet_owner in self.owners:
+            wanted = {fp: (*want, self.fleet_owner) for fp, want in (incidents or {}).items()}
+            for st in statuses:
+                for ps in st.pairs:
+                    if ps.firing:
+                        fp, labels, annotations = alert_for(rules, st, ps)
+                        wanted[fp] = (labels, annotations, self.fleet_owner)
+        for fp, (labels, annotations) in (local or {}).items():
+            if self.local_owner:  # sharded: which collector's target it is, in the labels and the identity
+                labels = {**labels, "collector": self.local_owner}
+                fp = json.dumps(sorted(labels.items()))
+            wanted[fp] = (labels, annotations, self.local_owner)
         changed: list[AlertInstance] = []
         opened: list[AlertInstance] = []  # started firing: a new episode in the history
         closed: list[AlertInstance] = []  # stopped firing: its episode ends
-        for fp, (labels, annotations) in wanted.items():
+        for fp, (labels, annotations, owner) in wanted.items():
             inst = self.instances.get(fp)
             if inst is None or inst.state == "resolved":
-                inst = AlertInstance(fp, labels, annotations, "pending", now, updated_unix=now)
+                inst = AlertInstance(fp, labels, annotations, "pending", now, updated_unix=now, owner=owner)
                 self.instances[fp] = inst
                 changed.append(inst)
             inst.annotations = annotations
@@ -272,6 +306,7 @@ class AlertBook:
                 "delivered_state": i.delivered_state,
                 "attempts": i.attempts,
                 "next_attempt_unix": i.next_attempt_unix,
+                "owner": i.owner,
             }
             for i in items
         ]

@@ -13,17 +13,25 @@ commits are added. The minute in which the collector started is counted from the
 only: what the previous process stored in that same minute (at most one minute's worth, once per
 restart) is not in the rings. `Runtime.evaluate_slos` uses the full re-read (`evaluate`) whenever
 `now` lies outside the ledger's live span (tests with virtual clocks, the simulator's fast clock).
+
+Sharded collectors (collector/cluster.py) each count their own commits and exchange them: with
+`share()`, what the live commits add is also kept in an outbox (`take_outbox`), and what the other
+collectors published is added with `add_published`. Throughput and cost slices are exchanged as
+their sums (tokens and requests, the per-target work), not as judged events, so each collector
+judges a slice on the whole fleet's traffic, once the slice is `settle` seconds old.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields
 
 from collector.analytics.percentiles import fraction_at_or_below
-from collector.cost.allocation import CostInputs
+from collector.cost.allocation import CostInputs, Work
 from collector.cost.slo import CostOf, judge
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Cell, Row, ScrapeDeltas, SeriesIdent, period_start
 from collector.slo.evaluate import (
@@ -42,6 +50,8 @@ from collector.slo.spec import Objective, SloRules
 from collector.sources.vllm import Kind
 from collector.traces.normalize import SHADOW
 from collector.traces.rollup import RequestCell, RequestKey
+
+log = logging.getLogger(__name__)
 
 
 class Ring:
@@ -135,6 +145,52 @@ def counts_live(o: Objective) -> bool:
     return o.sli == "error_ratio" or (o.sli == "latency" and o.source == "engine" and o.threshold_seconds is not None)
 
 
+@dataclass(frozen=True, slots=True)
+class Published:
+    """One exchanged count (collector/cluster.py): `key` is an objective's slo, `cache:<business
+    type>`, `slice:<slo>` (a throughput slice's tokens as good, requests as total) or
+    `cost:<slice seconds>` (`work`: per (target, model), the cost model's additive inputs)."""
+
+    key: str
+    start_unix: int
+    good: float
+    total: float
+    exact: bool = True
+    work: dict[tuple[str, str], list[float]] | None = None
+
+
+WORK_FIELDS = tuple(f.name for f in fields(Work))
+
+
+class Outbox:
+    """What this collector's live commits counted since the last publish."""
+
+    __slots__ = ("cost", "counts")
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, int], list[float]] = {}  # (key, start) -> [good, total, exact]
+        self.cost: dict[int, dict[int, CostInputs]] = {}  # slice size -> slot -> inputs
+
+    def add(self, key: str, start: int, good: float, total: float, exact: bool = True) -> None:
+        c = self.counts.get((key, start))
+        if c is None:
+            self.counts[(key, start)] = [good, total, 1.0 if exact else 0.0]
+        else:
+            c[0] += good
+            c[1] += total
+            if not exact:
+                c[2] = 0.0
+
+    def rows(self) -> list[Published]:
+        out = [Published(k, start, g, t, bool(e)) for (k, start), (g, t, e) in self.counts.items()]
+        for size, slots in self.cost.items():
+            for slot, inputs in slots.items():
+                work = {key: [getattr(w, f) for f in WORK_FIELDS] for key, w in inputs.work.items()}
+                if work:
+                    out.append(Published(f"cost:{size}", slot, 0.0, 0.0, True, work))
+        return out
+
+
 class SloLedger:
     def __init__(
         self,
@@ -183,6 +239,18 @@ class SloLedger:
         self.since_start: dict[str, list[float]] = {o.slo: [0.0, 0.0] for o in self.objectives if counts_live(o)}
         self.live_since: float | None = None  # set when live commits start counting
         self.ready = False  # backfilled from the store
+        # sharded (`share`): the live commits' counts for the other collectors, and how long a
+        # slice waits for their part before it is judged
+        self.outbox: Outbox | None = None
+        self.settle = 0
+        self.closed_before = 0  # slices ending by this were judged: a late part of one is dropped
+        self.late = 0  # published counts that came after their slice was judged
+        self.unknown: set[str] = set()  # published keys these rules do not have
+
+    def share(self, settle_seconds: float) -> None:
+        """Keep an outbox of the live commits' counts and judge slices `settle_seconds` late."""
+        self.outbox = Outbox()
+        self.settle = int(settle_seconds)
 
     # --- feeding -------------------------------------------------------------------------------
 
@@ -198,6 +266,7 @@ class SloLedger:
         """Cells of one target and period: from a live commit (`live`, also counted since start)
         or from the backfill."""
         places: dict[str, str | None] = {}
+        outbox = self.outbox if live else None
         with self.lock:
             for ident, cell in cells:
                 for size, open_slices in self.cost_open.items():
@@ -206,6 +275,12 @@ class SloLedger:
                     if inputs is None:
                         inputs = open_slices[slot] = CostInputs()
                     inputs.add(target, ident, cell)
+                    if outbox is not None:
+                        shared = outbox.cost.setdefault(size, {})
+                        inputs = shared.get(slot)
+                        if inputs is None:
+                            inputs = shared[slot] = CostInputs()
+                        inputs.add(target, ident, cell)
                 if ident.kind is Kind.GAUGE:
                     continue
                 model = ident.key.model
@@ -217,7 +292,10 @@ class SloLedger:
                 metric = ident.key.metric
                 if metric in ("prefix_cache_hits", "prefix_cache_queries") and bt in self.cache:
                     hit = metric == "prefix_cache_hits"
-                    self.cache[bt].add(start, period, cell.value if hit else 0.0, 0.0 if hit else cell.value)
+                    good, total = (cell.value, 0.0) if hit else (0.0, cell.value)
+                    self.cache[bt].add(start, period, good, total)
+                    if live and self.outbox is not None:
+                        self.outbox.add("cache:" + bt, start, good, total)
                 for o in self.engine_objectives.get(bt, ()):
                     self._add_engine_cell(o, ident, cell, start, period, live)
 
@@ -228,21 +306,28 @@ class SloLedger:
             events = self._engine_events(o, ident, cell)
             if events is None:
                 return
-            good, total = events
+            good, total, exact = events
             self.counts[o.slo].add(start, period, good, total)
-            counted = self.since_start.get(o.slo) if live else None
-            if counted is not None:
-                counted[0] += good
-                counted[1] += total
+            if live:
+                counted = self.since_start.get(o.slo)
+                if counted is not None:
+                    counted[0] += good
+                    counted[1] += total
+                if self.outbox is not None:
+                    self.outbox.add(o.slo, start, good, total, exact)
         elif o.sli == "throughput" and ident.kind is Kind.COUNTER:
             metric = ident.key.metric
             if metric not in ("generation_tokens", "request_success"):
                 return
             size = int(o.slice_seconds)
             slot = self.slices[o.slo].setdefault(start - start % size, [0.0, 0.0])
-            slot[0 if metric == "generation_tokens" else 1] += cell.value
+            tokens = metric == "generation_tokens"
+            slot[0 if tokens else 1] += cell.value
+            if live and self.outbox is not None:
+                g, t = (cell.value, 0.0) if tokens else (0.0, cell.value)
+                self.outbox.add("slice:" + o.slo, start - start % size, g, t)
 
-    def _engine_events(self, o: Objective, ident: SeriesIdent, cell: Cell) -> tuple[float, float] | None:
+    def _engine_events(self, o: Objective, ident: SeriesIdent, cell: Cell) -> tuple[float, float, bool] | None:
         """(good, total) of a latency or error objective in one engine cell; None: not its series."""
         if o.sli == "latency":
             if ident.key.metric != o.metric or ident.kind is not Kind.HISTOGRAM or not cell.buckets:
@@ -252,13 +337,14 @@ class SloLedger:
             if share is None:
                 return None
             total = cell.buckets[-1]
-            if not share[1] and total > 0:
+            exact = share[1] or total <= 0
+            if not exact:
                 self.counts[o.slo].inexact = True
-            return share[0] * total, total
+            return share[0] * total, total, exact
         if ident.key.metric != "request_success" or ident.kind is not Kind.COUNTER:
             return None
         bad = dict(ident.key.labels).get("finished_reason") in ERROR_REASONS
-        return (0.0 if bad else cell.value), cell.value
+        return (0.0 if bad else cell.value), cell.value, True
 
     def add_live_requests(self, cells: Iterable[tuple[RequestKey, RequestCell]]) -> None:
         """Newly committed trace request cells (the trace store's commit hook). A span is keyed by
@@ -270,10 +356,13 @@ class SloLedger:
         with self.lock:
             if not self.ready and before is not None:
                 cells = [(k, c) for k, c in cells if k.start_unix >= before]
-        self.add_requests(cells)
+        self.add_requests(cells, live=True)
 
-    def add_requests(self, cells: Iterable[tuple[RequestKey, RequestCell]], period: int = MINUTE_SECONDS) -> None:
+    def add_requests(
+        self, cells: Iterable[tuple[RequestKey, RequestCell]], period: int = MINUTE_SECONDS, live: bool = False
+    ) -> None:
         """Trace request cells, from the backfill or (through add_live_requests) as they commit."""
+        outbox = self.outbox if live else None
         with self.lock:
             for key, cell in cells:
                 if key.measured_at == SHADOW:
@@ -281,12 +370,16 @@ class SloLedger:
                 for o in self.trace_objectives.get(key.business_type, ()):
                     good = cell.jointly_good if o.sli == "goodput" else cell.good.get(o.slo, 0)
                     self.counts[o.slo].add(key.start_unix, period, float(good), float(cell.total))
+                    if outbox is not None:
+                        outbox.add(o.slo, key.start_unix, float(good), float(cell.total))
 
     def close_slices(self, now_unix: float) -> None:
         """Judge the throughput slices that are complete: one event each, good when the slice
-        generated at least the minimum rate; a slice without requests is no data."""
-        done_before = period_start(now_unix)
+        generated at least the minimum rate; a slice without requests is no data. Sharded, a slice
+        waits `settle` seconds more for the other collectors' part of it."""
+        done_before = period_start(now_unix - self.settle)
         with self.lock:
+            self.closed_before = max(self.closed_before, done_before)
             for o in self.objectives:
                 if o.sli != "throughput" or o.min_tokens_per_second is None:
                     continue
@@ -309,6 +402,66 @@ class SloLedger:
                         judged = judge(costs, o.business_type, o.max_usd_per_million_tokens)
                         if judged is not None:
                             self.counts[o.slo].add(start, MINUTE_SECONDS, *judged)
+
+    # --- sharded collectors (collector/cluster.py) ------------------------------------------------
+
+    def take_outbox(self) -> list[Published]:
+        """The live commits' counts since the last call, for the other collectors."""
+        with self.lock:
+            if self.outbox is None:
+                return []
+            rows, self.outbox = self.outbox.rows(), Outbox()
+        return rows
+
+    def add_published(self, rows: Iterable[Published]) -> None:
+        """Counts another collector published: added as its commits would have been."""
+        with self.lock:
+            for p in rows:
+                kind, _, name = p.key.partition(":")
+                if not name:
+                    counts = self.counts.get(p.key)
+                elif kind == "cache":
+                    counts = self.cache.get(name)
+                else:
+                    self._add_published_slice(kind, name, p)
+                    continue
+                if counts is None:
+                    self._unknown(p.key)
+                    continue
+                counts.add(p.start_unix, MINUTE_SECONDS, p.good, p.total)
+                if not p.exact:
+                    counts.inexact = True
+
+    def _add_published_slice(self, kind: str, name: str, p: Published) -> None:
+        if kind == "slice" and name in self.slices:
+            objective = next(o for o in self.objectives if o.slo == name)
+            if p.start_unix + int(objective.slice_seconds) <= self.closed_before:
+                self.late += 1
+                return
+            slot = self.slices[name].setdefault(p.start_unix, [0.0, 0.0])
+            slot[0] += p.good
+            slot[1] += p.total
+        elif kind == "cost" and name.isdigit() and int(name) in self.cost_open and p.work is not None:
+            if p.start_unix + int(name) <= self.closed_before:
+                self.late += 1
+                return
+            inputs = self.cost_open[int(name)].setdefault(p.start_unix, CostInputs())
+            for key, values in p.work.items():
+                w = inputs.work.get(key)
+                if w is None:
+                    w = inputs.work[key] = Work()
+                w.merge(Work(*values))
+        else:
+            self._unknown(p.key)
+
+    def _unknown(self, key: str) -> None:
+        if key not in self.unknown:
+            self.unknown.add(key)
+            log.warning(
+                "another collector published SLO counts for %r, which these rules do not have: "
+                "are the collectors running the same rules?",
+                key,
+            )
 
     # --- start-up --------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Float,
     ForeignKey,
@@ -89,7 +90,28 @@ alerts = Table(
     Column("delivered_state", String(16), nullable=True),
     Column("attempts", Integer, nullable=False, default=0),
     Column("next_attempt_unix", Float, nullable=False, default=0.0),
+    # who keeps it (collector/cluster.py): "" unsharded; a sharded collector's name for its own
+    # targets' alerts; "fleet" for the SLO and business-type alerts of the elected collector
+    Column("owner", String(128), nullable=False, server_default=""),
 )
+
+# SLO events counted by each sharded collector's own commits, published for the others
+# (collector/cluster.py): appended once per publish, read by sequence, pruned after two hours.
+slo_deltas = Table(
+    "llmslo_slo_deltas",
+    metadata,
+    Column("publisher", String(160), primary_key=True),  # collector name / process incarnation
+    Column("seq", BigInteger, primary_key=True),  # the publisher's publish number, from 1
+    Column("key", String(300), primary_key=True),  # an objective, cache:<type>, slice:<slo>, cost:<size>
+    Column("start_unix", BigInteger, primary_key=True),  # the minute (or slice) counted
+    Column("good", Float, nullable=False),
+    Column("total", Float, nullable=False),
+    Column("exact", Boolean, nullable=False),
+    Column("data", Text, nullable=True),  # cost slices: the per-(target, model) work, as JSON
+    Column("published_unix", Float, nullable=False),  # the database's clock
+)
+
+Index("ix_llmslo_slo_deltas_published", slo_deltas.c.published_unix)
 
 # Trace ingestion: the span ids already counted (deduplication of retried batches) ...
 span_keys = Table(
