@@ -45,7 +45,7 @@ from collector.store.tables import slo_deltas
 
 log = logging.getLogger(__name__)
 
-LEADER_LOCK = 7_211_534  # pg_try_advisory_lock key of the elected evaluator (the migrations use ...533)
+LEADER_LOCK = 7_211_534  # pg_try_advisory_lock key of the elected evaluator (the others: store/repository.py)
 KEEP_SECONDS = 2 * 3600.0  # published counts older than this are deleted (a restart backfills)
 PRUNE_EVERY = 600.0
 READ_MARGIN = 300.0  # published_unix is taken when a publish begins; its commit may come later

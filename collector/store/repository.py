@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, delete, distinct, event, func, insert, select, update
+from sqlalchemy import Connection, Engine, create_engine, delete, distinct, event, func, insert, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
@@ -392,6 +392,7 @@ class Store:
         cutoff = int((now_unix - minute_retention_seconds) // HOUR_SECONDS) * HOUR_SECONDS
         expire = int(now_unix - hour_retention_seconds)
         with self.engine.begin() as conn:
+            hold_for_transaction(conn, COMPACT_LOCK)  # the read below then sees another's compaction
             rows = conn.execute(
                 select(rollups, series.c.kind)
                 .select_from(rollups.join(series, series.c.id == rollups.c.series_id))
@@ -421,6 +422,23 @@ class Store:
 
 
 PERIODS = (MINUTE_SECONDS, HOUR_SECONDS)  # the only periods rollups are stored at
+
+# PostgreSQL advisory lock keys of collectors sharing one database (the migrations take 7_211_533,
+# the elected evaluator of sharded collectors 7_211_534: collector/cluster.py)
+COMPACT_LOCK = 7_211_535  # one compaction at a time: two would both merge the same minutes into hours
+REQUEST_MINUTE_LOCK = 7_211_536  # with a minute: one read-merge-write of its request rollups at a time
+
+
+def hold_for_transaction(conn: Connection, key: int, sub: int | None = None) -> None:
+    """On PostgreSQL, wait for and hold advisory lock `key` (or the pair (key, sub)) until the
+    transaction ends, so collectors sharing the database take turns. SQLite has one writer at a
+    time already."""
+    if conn.dialect.name != "postgresql":
+        return
+    if sub is None:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+    else:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k, :s)"), {"k": key, "s": sub % 2**31})
 
 
 def _in_time_range(start_unix: int, end_unix: int, period: int | None = None) -> list[Any]:

@@ -10,7 +10,14 @@ from sqlalchemy import Connection, delete, func, select, tuple_
 from sqlalchemy.exc import OperationalError
 
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS
-from collector.store.repository import SQLITE_BUSY_TIMEOUT_MS, Store, upsert
+from collector.store.repository import (
+    COMPACT_LOCK,
+    REQUEST_MINUTE_LOCK,
+    SQLITE_BUSY_TIMEOUT_MS,
+    Store,
+    hold_for_transaction,
+    upsert,
+)
 from collector.store.tables import request_rollups, span_keys
 from collector.traces.normalize import RequestRecord
 from collector.traces.rollup import LatencyTarget, RequestCell, RequestKey, aggregate
@@ -127,6 +134,11 @@ def _ingest(
     if not fresh_keys:
         return 0, {}
     cells = aggregate((first[k] for k in fresh_keys), targets_of)
+    # collectors sharing a PostgreSQL database merge into the same minute rows: one at a time per
+    # minute (in order, so two batches never wait on each other), else both read a row and the
+    # second write drops the first's requests
+    for minute in sorted({k.start_unix // MINUTE_SECONDS for k in cells}):
+        hold_for_transaction(conn, REQUEST_MINUTE_LOCK, minute)
     existing: dict[RequestKey, RequestCell] = {}
     cell_keys = list(cells)
     for i in range(0, len(cell_keys), 200):
@@ -195,6 +207,7 @@ def compact_requests(store: Store, now_unix: float, minute_retention: float, hou
     drop hour rows past their retention. Returns the minute rows compacted."""
     cutoff = int((now_unix - minute_retention) // HOUR_SECONDS) * HOUR_SECONDS
     with _write_lock, store.engine.begin() as conn:
+        hold_for_transaction(conn, COMPACT_LOCK)  # another collector's compaction of the same minutes
         rows = conn.execute(
             select(request_rollups).where(
                 request_rollups.c.period_seconds == MINUTE_SECONDS, request_rollups.c.start_unix < cutoff
