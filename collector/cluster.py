@@ -14,11 +14,12 @@ every SLO pass a collector
    collector that stops, crashes or loses the database hands it on to the next one that tries.
 
 Every collector then answers `/api/v1/slos` for the whole fleet. Only the elected one keeps and
-sends the fleet's alerts (the SLO burn rates, cache collapse, drift) and exports the SLO status
-series on /metrics; each collector keeps and sends the alerts of its own targets (down, restarted,
-memory), labelled `collector`. What the others counted reaches a collector one or two passes
-late, so a slice (throughput, cost) is judged `cluster.settle` after it ends, and the last minute
-or so of a window holds only part of the other shards' events.
+sends the fleet's alerts (the SLO burn rates, cache collapse, drift), exports the SLO status
+series on /metrics and builds and delivers the weekly report; each collector keeps and sends
+the alerts of its own targets (down, restarted, memory), labelled `collector`. What the others
+counted reaches a collector one or two passes late, so a slice (throughput, cost) is judged
+`cluster.settle` after it ends, and the last minute or so of a window holds only part of the
+other shards' events.
 
 A collector starting up fills its ledger from the stored rollups (every shard writes to the same
 tables) up to the minute it started, then takes the published counts from that minute on.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,9 +62,14 @@ class Leadership:
         self.engine: Engine = sa.create_engine(url, poolclass=NullPool)
         self.conn: Connection | None = None
         self.leader = False
+        self.lock = threading.Lock()  # the SLO pass and the weekly report's job both ask
 
     def check(self) -> bool:
         """Take the lock if it is free; if held, confirm that its connection still lives."""
+        with self.lock:
+            return self._check()
+
+    def _check(self) -> bool:
         try:
             if self.conn is None:
                 self.conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
@@ -91,8 +98,9 @@ class Leadership:
 
     def close(self) -> None:
         """Hand the lock on (closing its connection releases it)."""
-        self._drop()
-        self.leader = False
+        with self.lock:
+            self._drop()
+            self.leader = False
         self.engine.dispose()
 
 

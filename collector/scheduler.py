@@ -92,9 +92,22 @@ def report_trigger(runtime: Runtime) -> CronTrigger:
     return CronTrigger(day_of_week=report.schedule_day, hour=hour, minute=minute, timezone=report.timezone)
 
 
+async def _elected(runtime: Runtime) -> bool:
+    """Sharded (collector/cluster.py), whether this collector is the elected one (taking the lock
+    if no collector holds it); unsharded, always."""
+    if runtime.cluster is None:
+        return True
+    if await asyncio.to_thread(runtime.cluster.leadership.check):
+        return True
+    log.info("the weekly report is built and delivered by the elected collector, not this one")
+    return False
+
+
 async def _weekly_report(runtime: Runtime) -> None:
     from collector.report.service import ReportService
 
+    if not await _elected(runtime):
+        return
     try:
         await ReportService(runtime).run_scheduled()
     except Exception:
@@ -105,6 +118,8 @@ async def _weekly_report_catch_up(runtime: Runtime) -> None:
     from collector.report.service import ReportService
 
     service = ReportService(runtime)
+    if not await _elected(runtime):
+        return
     try:
         period = await asyncio.to_thread(service.due, runtime.now())
         if period is not None:
