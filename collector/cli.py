@@ -55,8 +55,17 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             print(f"  {problem}", file=sys.stderr)
         return 2
     database = redact_url(settings.resolved_database_url)
-    print(f"configuration OK: {len(settings.targets)} target(s), database {database}")
+    print(f"configuration OK: {len(settings.targets)} target(s){_shard_note(settings)}, database {database}")
     return 0
+
+
+def _shard_note(settings: Settings) -> str:
+    """Sharded: how many of the targets this collector scrapes."""
+    c = settings.cluster
+    if c.name is None:
+        return ""
+    mine = sum(1 for t in settings.targets if c.scrapes(t.name))
+    return f" ({mine} in shard {c.shard} of {c.shards}, collector {c.name})"
 
 
 def _check_fleet_map(settings: Settings) -> None:
@@ -565,7 +574,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"example vLLM target (a replayed real scrape) at {example.url}")
     base = f"http://{settings.server.host}:{settings.server.port}"
     database = redact_url(settings.resolved_database_url)
-    print(f"llmslo {__version__}: {len(settings.targets)} target(s), database {database}")
+    print(f"llmslo {__version__}: {len(settings.targets)} target(s){_shard_note(settings)}, database {database}")
     print(f"  API      {base}/api/v1/serving?window=5m   {base}/api/v1/targets")
     print(f"  metrics  {base}/metrics")
     print(f"  docs     {base}/docs")
