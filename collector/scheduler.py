@@ -38,7 +38,7 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
     if runtime.drift is not None:
         scheduler.add_job(
             runtime.tracked(_drift, "drift"),
-            IntervalTrigger(seconds=runtime.settings.derive_interval),
+            IntervalTrigger(seconds=runtime.settings.drift.interval),
             args=[runtime],
             id="drift",
             next_run_time=now + timedelta(seconds=3),

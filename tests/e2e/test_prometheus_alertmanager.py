@@ -87,6 +87,7 @@ class Stack:
                     "window": "1m",
                     "reference_length": "1m",
                     "refresh": "10s",
+                    "interval": "5s",
                     "min_events": 20,
                     "tenants": False,
                 },
