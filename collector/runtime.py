@@ -141,6 +141,8 @@ class Runtime:
             if settings.cluster.scrapes(t.name)
         }
         self.loops = ScrapeLoops(list(self.scrapers.values()), self.tracked)
+        # sharded, the serving views (the running windows, /api/v1/serving) are this shard's
+        self.shard: frozenset[str] | None = frozenset(self.scrapers) if settings.cluster.name is not None else None
         # long windows of the serving view as running sums (collector/analytics/running.py); a
         # minute closes once its last scrapes can have committed; the open ones are in memory
         # (at most 55 s: the scrapers keep two minutes; a scrape slower than that which commits
@@ -151,7 +153,7 @@ class Runtime:
         self.fold = Fold(self.business_type_of)
         self.running = RunningWindows(
             [w for w in settings.windows if settings.sliding_horizon < w <= settings.retention.minute_rollups],
-            lambda lo, hi: self.store.read_window(lo, hi),
+            lambda lo, hi: self.store.read_window(lo, hi, targets_in=self.shard),
             grace,
             self.fold,
         )
@@ -554,7 +556,7 @@ class Runtime:
         )
         if closed is None:
             start, end = window_bounds(now_unix, window_seconds)
-            return self.store.read_window(start, end, target=target, model=model)
+            return self.store.read_window(start, end, target=target, model=model, targets_in=self.shard)
         merged = closed.copies_by_ref()  # copies: the open minutes are merged into them
         if target is not None or model is not None:
             merged = {

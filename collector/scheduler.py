@@ -92,21 +92,21 @@ def report_trigger(runtime: Runtime) -> CronTrigger:
     return CronTrigger(day_of_week=report.schedule_day, hour=hour, minute=minute, timezone=report.timezone)
 
 
-async def _elected(runtime: Runtime) -> bool:
+async def _elected(runtime: Runtime, what: str) -> bool:
     """Sharded (collector/cluster.py), whether this collector is the elected one (taking the lock
     if no collector holds it); unsharded, always."""
     if runtime.cluster is None:
         return True
     if await asyncio.to_thread(runtime.cluster.leadership.check):
         return True
-    log.info("the weekly report is built and delivered by the elected collector, not this one")
+    log.debug("%s: the elected collector's job, not this one's", what)
     return False
 
 
 async def _weekly_report(runtime: Runtime) -> None:
     from collector.report.service import ReportService
 
-    if not await _elected(runtime):
+    if not await _elected(runtime, "the weekly report"):
         return
     try:
         await ReportService(runtime).run_scheduled()
@@ -118,7 +118,7 @@ async def _weekly_report_catch_up(runtime: Runtime) -> None:
     from collector.report.service import ReportService
 
     service = ReportService(runtime)
-    if not await _elected(runtime):
+    if not await _elected(runtime, "the weekly report"):
         return
     try:
         period = await asyncio.to_thread(service.due, runtime.now())
@@ -146,6 +146,10 @@ async def _collect_frozen(_runtime: Runtime) -> None:
 
 async def _drift(runtime: Runtime) -> None:
     assert runtime.drift is not None
+    # drift is judged over the whole fleet's stored minutes: sharded, by the elected collector,
+    # which sends its alerts (the others would each repeat the same reads)
+    if not await _elected(runtime, "drift"):
+        return
     try:
         with runtime.pass_switching.computing():
             await asyncio.to_thread(runtime.drift.evaluate, runtime.now())

@@ -12,7 +12,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -273,15 +273,21 @@ class Store:
     # --- reading windows ---------------------------------------------------------------------
 
     def read_window(
-        self, start_unix: int, end_unix: int, target: str | None = None, model: str | None = None
+        self,
+        start_unix: int,
+        end_unix: int,
+        target: str | None = None,
+        model: str | None = None,
+        targets_in: Collection[str] | None = None,
     ) -> list[SeriesCell]:
         """Merge every cell lying wholly inside [start_unix, end_unix) per series.
 
         Hour cells count only when the whole hour is inside the window (after compaction the
-        minutes they came from are gone, so nothing is counted twice).
+        minutes they came from are gone, so nothing is counted twice). `targets_in`: only these
+        targets' (a sharded collector's own, collector/cluster.py).
         """
         merged: dict[tuple[str, SeriesIdent], SeriesCell] = {}
-        for row in self.read_rows(start_unix, end_unix, target=target, model=model):
+        for row in self.read_rows(start_unix, end_unix, target=target, model=model, targets_in=targets_in):
             if row.start_unix + row.period_seconds > end_unix and row.period_seconds != MINUTE_SECONDS:
                 continue
             key = (row.cell.target, row.cell.ident)
@@ -300,6 +306,7 @@ class Store:
         target: str | None = None,
         model: str | None = None,
         period: int | None = None,
+        targets_in: Collection[str] | None = None,
     ) -> list[Row]:
         """Every stored cell with start in [start_unix, end_unix), unmerged (for evaluators that
         need several windows, or time slices, from one read); `period`: minute or hour cells only."""
@@ -308,6 +315,8 @@ class Store:
             cond.append(series.c.metric.in_(sorted(set(metrics))))
         if target is not None:
             cond.append(targets.c.name == target)
+        if targets_in is not None:
+            cond.append(targets.c.name.in_(sorted(targets_in)))
         if model is not None:
             cond.append(series.c.model == model)
         query = (

@@ -6,6 +6,15 @@ both processes; the targets run in a third process.
 Run (outside the default suite):
   LLMSLO_FLEET_TARGETS=300,1000 LLMSLO_FLEET_DBS=sqlite,postgresql LLMSLO_FLEET_SECONDS=180 \
     .venv/bin/python -m pytest tests/benchmarks/test_fleet_benchmark.py -s
+
+LLMSLO_FLEET_PROM_RULES=1 gives Prometheus the generated rules (alerts/*.rules.yml: recording,
+burn-rate and drift rules, the same SLOs llmslo evaluates) and each target its business_type
+label, as a fleet that runs the SLOs in Prometheus would: the baseline of llmslo's whole job
+rather than of scraping alone.
+
+LLMSLO_FLEET_SHARDS=K (PostgreSQL) runs K sharded collectors (README, "Sharded collectors"), each
+scraping its shard of the targets and all evaluating the fleet's SLOs: CPU, RSS and scrapes are
+their sums; /metrics and the fleet view are timed on the first collector (its shard).
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -53,9 +62,11 @@ def rss_mib(pid: int) -> float:
 
 
 @contextmanager
-def process(cmd: list[str], cwd: Path, log: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def process(
+    cmd: list[str], cwd: Path, log: Path | None = None, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env={**os.environ, **(env or {})})
     try:
         yield proc
     finally:
@@ -96,6 +107,13 @@ def prometheus_scrapes(base: str) -> float:
         if line.startswith("prometheus_target_interval_length_seconds_count"):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def cluster_leader(base: str) -> float:
+    for line in httpx.get(f"{base}/metrics", timeout=60).text.splitlines():
+        if line.startswith("llmslo_cluster_leader "):
+            return float(line.split()[1])
+    return float("nan")
 
 
 def job_timings(base: str) -> dict[str, tuple[float, float]]:
@@ -161,8 +179,12 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
     with process([sys.executable, "-m", "tests.benchmarks.fleet_server", "--port", str(port)], ROOT):
         wait_http(f"http://127.0.0.1:{port}/t/0/metrics", 30)
         urls = [f"http://127.0.0.1:{port}/t/{i}/metrics" for i in range(n)]
-        api_port = free_port()
-        config = {
+        shards = int(os.environ.get("LLMSLO_FLEET_SHARDS", "1"))
+        if shards > 1 and db != "postgresql":
+            pytest.skip("sharded collectors share a PostgreSQL database")
+        api_ports = [free_port() for _ in range(shards)]
+        api_port = api_ports[0]
+        config: dict[str, object] = {
             "data_dir": str(tmp_path),
             "database_url": database_url(db, tmp_path, n),
             "server": {
@@ -180,8 +202,11 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
                 {"name": f"t{i}", "url": u, "business_type": TYPES[i % len(TYPES)]} for i, u in enumerate(urls)
             ],
         }
+        if shards > 1:
+            config["cluster"] = {"shards": shards}
         (tmp_path / "llmslo.yaml").write_text(yaml.safe_dump(config))
-        prom_cfg = {
+        with_rules = os.environ.get("LLMSLO_FLEET_PROM_RULES") == "1"
+        prom_cfg: dict[str, object] = {
             "global": {"scrape_interval": "15s", "scrape_timeout": "10s"},
             "scrape_configs": [
                 {
@@ -189,13 +214,19 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
                     "static_configs": [
                         {
                             "targets": [f"127.0.0.1:{port}"],
-                            "labels": {"__metrics_path__": f"/t/{i}/metrics", "instance": f"t{i}"},
+                            "labels": {
+                                "__metrics_path__": f"/t/{i}/metrics",
+                                "instance": f"t{i}",
+                                **({"business_type": TYPES[i % len(TYPES)]} if with_rules else {}),
+                            },
                         }
                         for i in range(n)
                     ],
                 }
             ],
         }
+        if with_rules:
+            prom_cfg["rule_files"] = [str(p) for p in sorted((ROOT / "alerts").glob("*.rules.yml"))]
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg))
         prom_port = free_port()
         base = f"http://127.0.0.1:{api_port}"
@@ -207,17 +238,49 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
             f"--storage.tsdb.path={tmp_path / 'prom'}",
             f"--web.listen-address=127.0.0.1:{prom_port}",
         ]
-        with (
-            process(llmslo_cmd, tmp_path, tmp_path / "llmslo.log") as ours,
-            process(prom_cmd, tmp_path, tmp_path / "prometheus.log") as prom,
-        ):
-            wait_http(f"{base}/readyz")
+        with ExitStack() as stack:
+            collectors = [
+                stack.enter_context(
+                    process(
+                        llmslo_cmd,
+                        tmp_path,
+                        tmp_path / f"llmslo-{k}.log",
+                        {
+                            "LLMSLO_SERVER__PORT": str(api_ports[k]),
+                            **(
+                                {"LLMSLO_CLUSTER__NAME": f"collector-{k}", "LLMSLO_CLUSTER__SHARD": str(k)}
+                                if shards > 1
+                                else {}
+                            ),
+                        },
+                    )
+                )
+                for k in range(shards)
+            ]
+            prom = stack.enter_context(process(prom_cmd, tmp_path, tmp_path / "prometheus.log"))
+            bases = [f"http://127.0.0.1:{p}" for p in api_ports]
+            for b in bases:
+                wait_http(f"{b}/readyz")
             if prometheus:
                 wait_http(f"{prom_base}/-/ready")
             time.sleep(warmup)
-            rss: list[float] = [rss_mib(ours.pid)]
-            c0, p0 = cpu_seconds(ours.pid), cpu_seconds(prom.pid) if prometheus else 0.0
-            ok0, _ = llmslo_scrapes(base)
+
+            def ours_cpu() -> float:
+                each.append([cpu_seconds(c.pid) for c in collectors])
+                return sum(each[-1])
+
+            each: list[list[float]] = []  # per collector, at the start and the end
+
+            def ours_rss() -> float:
+                return sum(rss_mib(c.pid) for c in collectors)
+
+            def ours_scrapes() -> tuple[float, float]:
+                counts = [llmslo_scrapes(b) for b in bases]
+                return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
+            rss: list[float] = [ours_rss()]
+            c0, p0 = ours_cpu(), cpu_seconds(prom.pid) if prometheus else 0.0
+            ok0, _ = ours_scrapes()
             ps0 = prometheus_scrapes(prom_base) if prometheus else 0.0
             t0 = time.monotonic()
             # /metrics is fetched through the run about as often as a Prometheus scraping llmslo
@@ -232,7 +295,7 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
             serving_bytes = 0
             while time.monotonic() - t0 < seconds:
                 time.sleep(min(13.0, seconds - (time.monotonic() - t0)))
-                rss.append(rss_mib(ours.pid))
+                rss.append(ours_rss())
                 ms, metrics_bytes = timed_get(f"{base}/metrics", runs=1)
                 metrics_times.append(ms)
                 if len(metrics_times) % 2 == 0:
@@ -240,12 +303,20 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
                     ms, serving_bytes = timed_get(f"{base}/api/v1/serving?window=5m", runs=1)
                     serving_times.append(ms)
             elapsed = time.monotonic() - t0
-            ok1, failed = llmslo_scrapes(base)
-            c1, p1 = cpu_seconds(ours.pid), cpu_seconds(prom.pid) if prometheus else 0.0
+            ok1, failed = ours_scrapes()
+            c1, p1 = ours_cpu(), cpu_seconds(prom.pid) if prometheus else 0.0
             ps1 = prometheus_scrapes(prom_base) if prometheus else 0.0
             metrics_ms = statistics.median(metrics_times)
             jobs = job_timings(base)
-            assert ours.poll() is None, "llmslo exited during the run"
+            if shards > 1:
+                leaders = [cluster_leader(b) for b in bases]
+                print(f"\n  {shards} collectors, elected (1) and not (0): {leaders}")
+                for k, b in enumerate(bases):
+                    cpu = (each[-1][k] - each[0][k]) / elapsed
+                    jobs_k = ", ".join(f"{j} {m * 1000:.0f} ms" for j, (m, _) in job_timings(b).items())
+                    print(f"  collector-{k}: {cpu:.0%} of a core; mean job runs: {jobs_k}")
+                assert leaders.count(1.0) == 1
+            assert all(c.poll() is None for c in collectors), "llmslo exited during the run"
     expected = n * elapsed / INTERVAL
     done = ok1 - ok0
     ours_ms = (c1 - c0) / max(done, 1) * 1000
@@ -253,8 +324,9 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
     prom_ms = (p1 - p0) / max(prom_done, 1) * 1000 if prometheus else float("nan")
     half = len(rss) // 2
     print(
-        f"\nFLEET {n} targets, {db}, {elapsed:.0f} s measured after {warmup:.0f} s warm-up"
-        f" (switch interval {os.environ.get('LLMSLO_FLEET_SWITCH', 'default')})\n"
+        f"\nFLEET {n} targets, {db}, {shards} collector(s), {elapsed:.0f} s measured after {warmup:.0f} s warm-up"
+        f" (switch interval {os.environ.get('LLMSLO_FLEET_SWITCH', 'default')};"
+        f" Prometheus {'with the generated rules' if with_rules else 'scraping only'})\n"
         f"  llmslo:     {done:.0f}/{expected:.0f} scrapes ({done / expected:.1%}), {failed:.0f} failed in total, "
         f"CPU {c1 - c0:.1f} s = {(c1 - c0) / elapsed:.0%} of a core, {ours_ms:.2f} ms per scrape\n"
         f"  prometheus: {prom_done:.0f}/{expected:.0f} scrapes, CPU {p1 - p0:.1f} s = {(p1 - p0) / elapsed:.0%} "

@@ -134,6 +134,10 @@ targets:
         leader = [value(f, "llmslo_cluster_leader") for f in fams].index(1.0)
         follower = 1 - leader
         assert value(fams[follower], "llmslo_cluster_peers") == 1.0
+        # the serving views are each collector's own shard (the SLOs are the fleet's)
+        for i, base in enumerate(bases):
+            shown = {g["target"] for g in httpx.get(f"{base}/api/v1/serving", params={"window": "5m"}).json()["groups"]}
+            assert shown == ({"chat-0", "batch-2"} if i == 0 else {"chat-3"}), shown  # batch-1 never answers
 
         # the page for chat-ttft reaches Alertmanager from the elected collector alone; batch-1's
         # down ticket from collector-1, which scrapes it, labelled so
