@@ -113,7 +113,7 @@ class Exchange:
     publisher: str = ""
     seq: int = 0
     seen: dict[str, int] = field(default_factory=dict)  # publisher -> last seq added
-    heard: dict[str, float] = field(default_factory=dict)  # publisher -> when it last published (db clock)
+    heard: dict[str, float] = field(default_factory=dict)  # publisher -> when a new publish of it was read
     read_from: float | None = None  # published_unix to read from next time
     unsent: list[Published] = field(default_factory=list)  # taken from the ledger, not yet committed
     pruned_at: float = 0.0
@@ -178,9 +178,11 @@ class Exchange:
             if r.data is not None:
                 work = {(str(v[0]), str(v[1])): [float(x) for x in v[2:]] for v in json.loads(r.data)}
             out.append(Published(r.key, int(r.start_unix), r.good, r.total, bool(r.exact), work))
+        now = time.time()
         for r in rows:  # after the loop: every row of a publish is taken before its seq counts as seen
-            self.seen[r.publisher] = max(self.seen.get(r.publisher, 0), r.seq)
-            self.heard[r.publisher] = max(self.heard.get(r.publisher, 0.0), r.published_unix)
+            if r.seq > self.seen.get(r.publisher, 0):
+                self.seen[r.publisher] = r.seq
+                self.heard[r.publisher] = now
         if newest is not None:
             self.read_from = newest - READ_MARGIN
         elif first:
@@ -197,11 +199,9 @@ class Exchange:
             return conn.execute(sa.delete(slo_deltas).where(slo_deltas.c.published_unix < now - KEEP_SECONDS)).rowcount
 
     def peers(self, within: float = 600.0) -> int:
-        """Other collectors that published within `within` seconds of the newest publish seen."""
-        if not self.heard:
-            return 0
-        newest = max(self.heard.values())
-        return len({p.split("/", 1)[0] for p, t in self.heard.items() if newest - t <= within})
+        """Other collectors (by name) with a new publish read in the last `within` seconds."""
+        now = time.time()
+        return len({p.split("/", 1)[0] for p, t in self.heard.items() if now - t <= within})
 
 
 def _merged(rows: Sequence[Published]) -> list[Published]:

@@ -109,6 +109,20 @@ def prometheus_scrapes(base: str) -> float:
     return total
 
 
+def prometheus_rules(base: str) -> dict[str, float]:
+    """That the generated rules ran on data: evaluations, failures, series they recorded."""
+    out = {"evaluations": 0.0, "failures": 0.0}
+    for line in httpx.get(f"{base}/metrics", timeout=30).text.splitlines():
+        if line.startswith("prometheus_rule_evaluations_total"):
+            out["evaluations"] += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("prometheus_rule_evaluation_failures_total"):
+            out["failures"] += float(line.rsplit(" ", 1)[1])
+    answer = httpx.get(f"{base}/api/v1/query", params={"query": 'count({__name__=~"llmslo:.+"})'}, timeout=30)
+    result = answer.json()["data"]["result"]
+    out["recorded series"] = float(result[0]["value"][1]) if result else 0.0
+    return out
+
+
 def cluster_leader(base: str) -> float:
     for line in httpx.get(f"{base}/metrics", timeout=60).text.splitlines():
         if line.startswith("llmslo_cluster_leader "):
@@ -306,6 +320,10 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
             ok1, failed = ours_scrapes()
             c1, p1 = ours_cpu(), cpu_seconds(prom.pid) if prometheus else 0.0
             ps1 = prometheus_scrapes(prom_base) if prometheus else 0.0
+            if with_rules and prometheus:
+                rules_done = prometheus_rules(prom_base)
+                print(f"\n  prometheus rules: {rules_done}")
+                assert rules_done["failures"] == 0 and rules_done["recorded series"] > 0
             metrics_ms = statistics.median(metrics_times)
             jobs = job_timings(base)
             if shards > 1:

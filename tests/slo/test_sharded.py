@@ -6,11 +6,13 @@ stops the other takes them over without paging again."""
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from collector import cluster
 from collector.cluster import FLEET, Exchange
 from collector.config import Settings
 from collector.runtime import Runtime
@@ -199,7 +201,9 @@ def test_a_collector_keeps_its_own_targets_alerts_apart(tmp_path: Path, pg_url: 
         store.close()
 
 
-def test_published_counts_are_read_once_and_never_before_the_readers_start(pg_url: str) -> None:
+def test_published_counts_are_read_once_and_never_before_the_readers_start(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = Store(pg_url)
     try:
         me, peer = Exchange(store, "me"), Exchange(store, "peer")
@@ -214,6 +218,9 @@ def test_published_counts_are_read_once_and_never_before_the_readers_start(pg_ur
         assert [(p.key, p.exact) for p in got] == [("chat-errors", False)]  # the cost slot 0 is before 600
         assert me.read(600) == [] and me.peers() == 1
         assert peer.read(0) == []  # its own publishes are not read back
+        later = time.time() + 601
+        monkeypatch.setattr(cluster.time, "time", lambda: later)
+        assert me.peers() == 0  # nothing new from it for ten minutes: no longer counted
     finally:
         store.close()
 
