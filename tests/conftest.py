@@ -100,6 +100,13 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def pg_url(pg_server: str) -> str:
+    """PostgreSQL alone (what collectors sharing one database need), emptied for the test."""
+    _reset_pg(pg_server)
+    return pg_server
+
+
+@pytest.fixture
 def store(db_url: str) -> Iterator[Store]:
     s = Store(db_url)
     yield s

@@ -42,14 +42,6 @@ alertmanager: {url: "http://127.0.0.1:%d", resend_interval: 2s}
 
 
 @pytest.fixture
-def pg_url(pg_server: str) -> str:
-    from tests.conftest import _reset_pg
-
-    _reset_pg(pg_server)
-    return pg_server
-
-
-@pytest.fixture
 def targets() -> Iterator[TargetServer]:
     started = time.monotonic()
     scale = lambda: 1 + int((time.monotonic() - started) * 4)  # noqa: E731

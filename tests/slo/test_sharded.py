@@ -28,12 +28,9 @@ TARGETS = {"chat-0": "chat", "chat-3": "chat", "batch-1": "batch", "batch-2": "b
 SHARD_OF = {"chat-0": 0, "chat-3": 1, "batch-1": 1, "batch-2": 0}
 
 
-@pytest.fixture
-def pg_url(pg_server: str) -> Iterator[str]:
-    from tests.conftest import _reset_pg
-
-    _reset_pg(pg_server)
-    yield pg_server
+@pytest.fixture(autouse=True)
+def close_collectors() -> Iterator[None]:
+    yield
     for rt in STARTED:  # a collector left open would keep the elected evaluator's lock for later tests
         if rt.cluster is not None:
             rt.cluster.close()

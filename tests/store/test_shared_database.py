@@ -9,22 +9,12 @@ import threading
 import time
 from typing import Any
 
-import pytest
-
 from collector.rollup import HOUR_SECONDS
 from collector.store.repository import COMPACT_LOCK, Store
 from collector.traces.normalize import RequestRecord
 from collector.traces.store import compact_requests, ingest, read_requests
 
 T0 = 1_800_000_000  # a whole hour
-
-
-@pytest.fixture
-def pg_url(pg_server: str) -> str:
-    from tests.conftest import _reset_pg
-
-    _reset_pg(pg_server)
-    return pg_server
 
 
 def record(i: int, minute: int) -> RequestRecord:
