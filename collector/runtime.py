@@ -602,8 +602,14 @@ class Runtime:
         minute is closed once its last scrapes can have committed: the running windows' grace)."""
         if not self.inventory:
             return
-        closed = period_start(now_unix - self.running.grace)
         meter = self.cost_meter
+        if self.cluster is not None and not self.cluster.leadership.check():
+            # sharded: the counters price the whole fleet's stored minutes, so the elected
+            # collector alone counts them (each would else count every shard: sum() = N times);
+            # elected again later, it counts from then on, not the minutes another one counted
+            meter.until = None
+            return
+        closed = period_start(now_unix - self.running.grace)
         if meter.until is None:
             meter.until = closed  # count from the first whole minute this process sees
             return

@@ -149,6 +149,12 @@ def test_two_shards_evaluate_the_whole_fleet_and_one_sends_its_alerts(tmp_path: 
             if '"slo"' in fp:
                 assert taken.get(fp) == starts  # the same episode: loaded from the table, not opened anew
     assert leaders_seen[0] is leaders_seen[1] and leaders_seen[2] is not leaders_seen[1]  # it stayed handed on
+    # the dollar counters price the whole fleet's stored minutes: counted by the elected one alone
+    for rt in rts:
+        rt.advance_cost_meter(now - 600)
+        rt.advance_cost_meter(now)
+    assert sum(leaders_seen[2].cost_meter.allocated.values()) > 0
+    assert not [rt.cost_meter.allocated for rt in rts if rt is not leaders_seen[2] and rt.cost_meter.allocated]
     # the serving view of each collector (the running windows read back from the shared store) is
     # its own shard's: the SLOs above are the fleet's
     for rt in rts:
