@@ -108,6 +108,7 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
                     "window": "1m",
                     "reference_length": "5m",
                     "refresh": "10s",
+                    "interval": "1s",  # judged every second, as the derive pass here
                     "min_events": 20,
                     "tenants": False,
                 },
