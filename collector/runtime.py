@@ -11,7 +11,7 @@ import itertools
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec
 
@@ -71,7 +71,7 @@ from collector.sources.httpget import Target as HttpTarget
 from collector.sources.scrape import TargetScraper, request_headers
 from collector.sources.scrapeloop import ScrapeLoops
 from collector.store.committer import GroupCommitter
-from collector.store.repository import ScrapeCommit, Store
+from collector.store.repository import ScrapeCommit, Store, merge_window
 from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.service import TraceIngest
 from collector.traces.store import compact_requests, expire_span_ids, first_request_unix, read_requests
@@ -275,12 +275,18 @@ class Runtime:
             limit = max([self.settings.target_timeout(t) for t in self.settings.targets] + [1.0]) + 5.0
             await asyncio.wait(set(self.inflight), timeout=limit)
 
+    async def write_unwritten(self) -> None:
+        """Write what the scrapers counted in memory and have not written yet (minute writes,
+        collector/sources/scrape.py), in one group commit: at shutdown, after the last scrapes."""
+        await asyncio.gather(*(s.write_unwritten() for s in self.scrapers.values() if s.unwritten is not None))
+
     def _scrape_client(self, target: TargetConfig) -> HttpTarget:
         """A kept connection per target, as Prometheus keeps one (collector/sources/httpget.py)."""
         return HttpTarget(target.url, request_headers(self.settings.target_timeout(target)), self.tls)
 
     async def close(self) -> None:
         await self.drain()
+        await self.write_unwritten()
         await self.client.aclose()
         if self.cluster is not None:
             self.cluster.close()  # hands the elected evaluator's lock on at once
@@ -476,7 +482,7 @@ class Runtime:
         business_type: str | None = None,
     ) -> ServingReport:
         """Derived serving metrics over any past period, merged from the stored rollups."""
-        cells = self.store.read_window(start_unix, end_unix, target=target, model=model)
+        cells = merge_window(self.read_rows(start_unix, end_unix, target=target, model=model), end_unix)
         seconds = max(60, end_unix - start_unix)
         return build_report(cells, seconds, start_unix, end_unix, self.business_type_of, business_type)
 
@@ -556,7 +562,7 @@ class Runtime:
         )
         if closed is None:
             start, end = window_bounds(now_unix, window_seconds)
-            return self.store.read_window(start, end, target=target, model=model, targets_in=self.shard)
+            return merge_window(self.read_rows(start, end, target=target, model=model, targets_in=self.shard), end)
         merged = closed.copies_by_ref()  # copies: the open minutes are merged into them
         if target is not None or model is not None:
             merged = {
@@ -596,6 +602,40 @@ class Runtime:
                     if cell is not None:
                         out.append(Row(minute, MINUTE_SECONDS, SeriesCell(name, ident, units.get(ident.key, ""), cell)))
         return out
+
+    def read_rows(
+        self,
+        start: int,
+        end: int,
+        metrics: Iterable[str] | None = None,
+        target: str | None = None,
+        model: str | None = None,
+        targets_in: Collection[str] | None = None,
+    ) -> list[Row]:
+        """The stored rows of [start, end), with the minutes this collector's scrapers keep in
+        memory taken from there: a minute's rows are written with its last scrape (minute writes,
+        collector/sources/scrape.py), so the store lags the minute running. A scraper keeps its
+        last two minutes as stored plus what it has not written (`OpenMinute`)."""
+        rows = self.store.read_rows(start, end, metrics=metrics, target=target, model=model, targets_in=targets_in)
+        wanted = frozenset(metrics) if metrics is not None else None
+        kept: list[Row] = []
+        covered: set[tuple[str, int]] = set()  # (target, minute) that memory answers for
+        for name, scraper in list(self.scrapers.items()):
+            if (target is not None and name != target) or (targets_in is not None and name not in targets_in):
+                continue
+            units = scraper.units
+            chosen = scraper.series_of(wanted) if wanted is not None else list(scraper.idents.items())
+            for minute, by_sid in scraper.open_minute.kept(start):
+                if minute >= end:
+                    continue
+                covered.add((name, minute))
+                for sid, ident in chosen:
+                    cell = by_sid.get(sid)
+                    if cell is not None and (model is None or ident.key.model == model):
+                        sc = SeriesCell(name, ident, units.get(ident.key, ""), cell.copy())
+                        kept.append(Row(minute, MINUTE_SECONDS, sc))
+        out = [r for r in rows if r.period_seconds != MINUTE_SECONDS or (r.cell.target, r.start_unix) not in covered]
+        return out + kept
 
     def advance_cost_meter(self, now_unix: float) -> None:
         """Count the minutes closed since the last pass into the /metrics dollar counters (a
@@ -660,7 +700,7 @@ class Runtime:
         """The cost model over [start, end) from the stored rollups (blocking)."""
         rows = [
             r
-            for r in self.store.read_rows(start_unix, end_unix, metrics=COST_METRICS)
+            for r in self.read_rows(start_unix, end_unix, metrics=COST_METRICS)
             if r.period_seconds == MINUTE_SECONDS or r.start_unix + r.period_seconds <= end_unix
         ]
         inputs = CostInputs().add_rows(rows)
@@ -672,7 +712,7 @@ class Runtime:
 
     def capacity(self, start_unix: int, end_unix: int) -> list[Capacity]:
         """Capacity per deployment from the stored rollups of [start, end) (blocking)."""
-        rows = self.store.read_rows(start_unix, end_unix, metrics=CAPACITY_METRICS)
+        rows = self.read_rows(start_unix, end_unix, metrics=CAPACITY_METRICS)
         th = self.rules.thresholds if self.rules is not None else None
         return capacity_report(
             rows,
@@ -716,7 +756,7 @@ class Runtime:
         for sel in (baseline, candidate):
             if not sel.on_engines:
                 raise SelectorError(f"selector {sel.text!r} chooses gateway spans only: use source=spans")
-        rows_engine = self.store.read_rows(start, end, metrics=COMPARE_METRICS)
+        rows_engine = self.read_rows(start, end, metrics=COMPARE_METRICS)
 
         def chooser(sel: Selector) -> Callable[[str, str], bool]:
             def choose(target: str, model: str) -> bool:

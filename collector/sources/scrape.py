@@ -3,6 +3,16 @@
 One `TargetScraper` per target keeps that target's caches and delta state. A failure of any
 kind is recorded on the target (reason, message naming the line) and counted; it never raises
 into the scheduler and never touches another target's state or anything already stored.
+
+Minute writes. The store holds one row per series and minute, so a target scraped every 15 s
+would rewrite each row four times a minute. A scheduled scrape whose next slot falls in the same
+minute is counted in memory only (its open minute, the sliding windows, the SLO ledger, as any
+scrape) and left `Unwritten`; the last scrape of the minute writes the minute's rows and the
+delta state once. The scrape loop writes what is left whenever the next slot is in a later minute
+(a failed or skipped last scrape) and at shutdown, so a minute is in the store by the time its
+last scrape could have committed, as before (the running windows' grace). A crash loses no count:
+the stored state is that of the last write, so the next scrape's delta covers the scrapes kept
+in memory (counted in its minute instead of theirs, as after any gap).
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ from typing import NamedTuple
 
 from collector import conventions as conv
 from collector.config import Settings, TargetConfig
-from collector.rollup import Cell, DeltaTracker, SeriesIdent
+from collector.rollup import Cell, Cumulative, DeltaTracker, ScrapeDeltas, SeriesIdent, period_start
 from collector.secrets import redact_url, scrub
 from collector.sources.dcgm import read_dcgm
 from collector.sources.expfmt import ExpositionError
@@ -25,7 +35,7 @@ from collector.sources.httpget import FetchError
 from collector.sources.httpget import Target as HttpTarget
 from collector.sources.vllm import EngineSnapshot, SeriesKey, SlotCache, new_cache, read_scrape
 from collector.store.committer import GroupCommitter
-from collector.store.repository import OpenMinute, ScrapeCommit, Store
+from collector.store.repository import OpenMinute, ScrapeCommit, Store, merge_in_memory
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +93,18 @@ class RecentScrape(NamedTuple):
     units: dict[SeriesKey, str]
 
 
+@dataclass(slots=True)
+class Unwritten:
+    """What a target's scrapes of `minute` counted in memory and have not written yet: the new
+    delta state of their series, and the last one's time (the stored baseline) and process start.
+    The minute's cells are its `OpenMinute`'s."""
+
+    minute: int
+    state: dict[SeriesIdent, Cumulative] = field(default_factory=dict)
+    baseline_unix: float = 0.0
+    process_start_unix: float | None = None
+
+
 class TargetScraper:
     def __init__(
         self,
@@ -109,6 +131,11 @@ class TargetScraper:
         self.units: dict[SeriesKey, str] = {}  # of the last committed scrape
         self.target_id: int | None = None
         self.recent: deque[RecentScrape] = deque()  # newest last, back to settings.sliding_horizon
+        # minute writes (above): the scrape loop sets the slot after the one running; a scrape
+        # without one (a test's, the simulator's) writes at once
+        self.next_slot_unix: float | None = None
+        self.unwritten: Unwritten | None = None
+        self.kept_in_memory_total = 0  # scrapes left to the minute's last one to write
 
     def series_of(self, metrics: frozenset[str]) -> list[tuple[int, SeriesIdent]]:
         """(series id, series) of every series of `metrics` this target has stored, chosen once
@@ -239,11 +266,82 @@ class TargetScraper:
 
     async def _commit(self, snapshot: EngineSnapshot, now: float) -> None:
         item = self._prepare(snapshot, now)
+        if self._keep_in_memory(item):
+            self._adopt(item, now)
+            self._note_unwritten(item)
+            return
+        self._carry_unwritten(item)
         try:
             await self.committer.commit(item)
         except Exception as exc:
             raise _store_failed(exc) from exc
+        self.unwritten = None
         self._adopt(item, now)
+
+    def _keep_in_memory(self, item: ScrapeCommit) -> bool:
+        """Whether this scrape may leave its write to a later scrape of the same minute (module
+        docstring): the scheduler's next slot is in this minute, nothing of an earlier minute is
+        waiting, its series all have ids, its minute's stored cells are known, and the server did
+        not restart. If so, its cells are merged into the open minute (`item.merged`)."""
+        deltas, nxt, waiting = item.deltas, self.next_slot_unix, self.unwritten
+        if nxt is None or period_start(nxt) != deltas.minute or deltas.restarted:
+            return False
+        if waiting is not None and waiting.minute != deltas.minute:
+            return False
+        ids = self.series_ids
+        if any(ident not in ids for ident in deltas.cells) or not merge_in_memory(item):
+            return False
+        item.adopt()
+        return True
+
+    def _note_unwritten(self, item: ScrapeCommit) -> None:
+        self.kept_in_memory_total += 1
+        waiting = self.unwritten
+        if waiting is None:
+            waiting = self.unwritten = Unwritten(item.deltas.minute)
+        waiting.state.update(item.deltas.state)
+        waiting.baseline_unix = item.now_unix
+        if item.deltas.process_start_unix is not None:
+            waiting.process_start_unix = item.deltas.process_start_unix
+
+    def _carry_unwritten(self, item: ScrapeCommit) -> None:
+        """Hand what earlier scrapes kept in memory to `item`'s write: their minute's cells as the
+        open minute holds them (those `item` does not write itself) and their delta state."""
+        waiting = self.unwritten
+        if waiting is None:
+            return
+        om = self.open_minute
+        cells = om.cells if om.minute == waiting.minute else {}
+        if om.previous is not None and om.previous[0] == waiting.minute:
+            cells = om.previous[1]
+        ids = self.series_ids
+        own = {ids[i] for i in item.deltas.cells if i in ids} if item.deltas.minute == waiting.minute else set()
+        item.carry_rows = [(waiting.minute, sid, cell) for sid, cell in cells.items() if sid not in own]
+        item.carry_state = {i: c for i, c in waiting.state.items() if i not in item.deltas.state}
+        item.carry_process_start_unix = waiting.process_start_unix
+
+    def must_write_before(self, next_slot_unix: float) -> bool:
+        """Whether a minute counted in memory ends before the next slot (its last scrape failed or
+        was skipped): the scrape loop then writes it at once (`write_unwritten`)."""
+        return self.unwritten is not None and self.unwritten.minute < period_start(next_slot_unix)
+
+    async def write_unwritten(self) -> None:
+        """Write what scrapes kept in memory (their minute's rows and delta state), without a
+        scrape. On failure it stays in memory for the next write and the error is logged."""
+        waiting = self.unwritten
+        if waiting is None or self.target_id is None:
+            return
+        deltas = ScrapeDeltas(waiting.minute, {}, {}, 0, None, unix=waiting.baseline_unix)
+        # no open minute: the write changes nothing the scraper keeps (its cells are carried)
+        item = ScrapeCommit(self.target_id, deltas, self.units, self.series_ids, waiting.baseline_unix)
+        self._carry_unwritten(item)
+        try:
+            await self.committer.commit(item)
+        except Exception:
+            log.exception("target %s: could not write the minute its scrapes kept in memory", self.target.name)
+            return
+        if self.unwritten is waiting:
+            self.unwritten = None
 
     def _store(self, snapshot: EngineSnapshot, now: float) -> None:
         """The synchronous path (fast-clock simulation): commit alone, then adopt."""

@@ -74,6 +74,7 @@ class ScrapeLoops:
         interval = scraper.interval
         offset = scrape_offset(name, scraper.target.url, interval)
         run = self.track(scraper.run_scheduled)
+        write = self.track(scraper.write_unwritten)
         at = next_slot(self.clock(), interval, offset)
         while not self.stopping:
             delay = at - self.clock()
@@ -83,14 +84,22 @@ class ScrapeLoops:
                 return
             self.busy.add(name)
             try:
+                # a scrape whose next slot is in the same minute leaves its write to a later one
+                # (minute writes, collector/sources/scrape.py)
+                scraper.next_slot_unix = at + interval
                 await run()
             except Exception:  # run_scheduled never raises; keep the loop alive if it ever does
                 log.exception("scrape loop of target %s: unexpected error", name)
-            finally:
-                self.busy.discard(name)
             at += interval
             now = self.clock()
             if at <= now:
                 missed = next_slot(now, interval, offset)
                 self.skipped_slots += round((missed - at) / interval)
                 at = missed
+            try:
+                if scraper.must_write_before(at):  # the minute's last scrape failed or was skipped
+                    await write()
+            except Exception:  # write_unwritten logs its own failures
+                log.exception("scrape loop of target %s: unexpected error", name)
+            finally:
+                self.busy.discard(name)

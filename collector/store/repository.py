@@ -8,6 +8,7 @@ transaction, so a collector restart resumes exactly where the last committed scr
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import math
@@ -189,16 +190,17 @@ class Store:
             for item in batch:
                 ids = {**item.series_ids, **item.new_ids}
                 minute = item.deltas.minute
-                by_id = {ids[ident]: cell for ident, cell in item.deltas.cells.items()}
-                known = item.open_minute.known_cells(minute, item.baseline_unix) if item.open_minute else None
-                if known is None:
-                    item.read_stored = True
-                    unknown.setdefault(minute, {}).update(by_id)
-                else:
-                    item.merged = {sid: _merged(known.get(sid), cell) for sid, cell in by_id.items()}
+                # what earlier scrapes of the target counted in memory only (collector/sources/scrape.py)
+                rows.extend(_rollup_params(sid, MINUTE_SECONDS, m, c) for m, sid, c in item.carry_rows)
+                if merge_in_memory(item, ids):
+                    assert item.merged is not None
                     rows.extend(_rollup_params(sid, MINUTE_SECONDS, minute, c) for sid, c in item.merged.items())
+                else:
+                    item.read_stored = True
+                    unknown.setdefault(minute, {}).update({ids[i]: cell for i, cell in item.deltas.cells.items()})
                 state_rows.extend(
-                    (ids[ident], c.value, c.sum, _encode_floats(c.buckets)) for ident, c in item.deltas.state.items()
+                    (ids[ident], c.value, c.sum, _encode_floats(c.buckets))
+                    for ident, c in itertools.chain(item.carry_state.items(), item.deltas.state.items())
                 )
             read_back: dict[int, Cell] = {}
             for minute, by_id in unknown.items():
@@ -213,7 +215,7 @@ class Store:
             # executemany: built per target through SQLAlchemy it cost more than the upserts
             conn.exec_driver_sql(
                 _baseline_sql(conn.dialect.paramstyle),
-                [(item.now_unix, item.deltas.process_start_unix, item.target_id) for item in batch],
+                [(item.now_unix, item.process_start_unix, item.target_id) for item in batch],
             )
         for item in batch:
             item.adopt()
@@ -286,17 +288,9 @@ class Store:
         minutes they came from are gone, so nothing is counted twice). `targets_in`: only these
         targets' (a sharded collector's own, collector/cluster.py).
         """
-        merged: dict[tuple[str, SeriesIdent], SeriesCell] = {}
-        for row in self.read_rows(start_unix, end_unix, target=target, model=model, targets_in=targets_in):
-            if row.start_unix + row.period_seconds > end_unix and row.period_seconds != MINUTE_SECONDS:
-                continue
-            key = (row.cell.target, row.cell.ident)
-            have = merged.get(key)
-            if have is None:
-                merged[key] = SeriesCell(row.cell.target, row.cell.ident, row.cell.unit, row.cell.cell)
-            else:
-                have.cell.merge(row.cell.cell)
-        return list(merged.values())
+        return merge_window(
+            self.read_rows(start_unix, end_unix, target=target, model=model, targets_in=targets_in), end_unix
+        )
 
     def read_rows(
         self,
@@ -472,9 +466,10 @@ STATE_COLUMNS = ["series_id", "value", "sum", "buckets"]
 class OpenMinute:
     """A target's cells of the minute it is currently writing, as stored (kept by its scraper).
 
-    Rows of minute M are written only by commits made during M, so when the target's previous
-    commit (its baseline) fell in an earlier minute, no row of M can exist yet and the cells here
-    are the whole truth: the next commit merges in memory and upserts without reading. After a
+    Rows of minute M are written only for scrapes made during M (with the minute's last one, or
+    at once: minute writes, collector/sources/scrape.py), so when the target's previous scrape
+    (its baseline) fell in an earlier minute, no row of M can exist yet and the cells here are the
+    whole truth: the next scrape merges in memory and writes without reading. After a
     collector restart in the middle of a minute, or a clock that went back, the rows are read once.
     The minute before is kept too: with this one, the open minutes a derive pass and the drift
     pass read from memory (collector/windowcells.py, Runtime.open_rows); the running windows read
@@ -526,6 +521,17 @@ class ScrapeCommit:
     new_ids: dict[SeriesIdent, int] = field(default_factory=dict)
     merged: dict[int, Cell] | None = None  # the minute's cells as stored by this commit
     read_stored: bool = False  # the minute's stored rows were read first (not all counted in memory)
+    # written with this scrape: the cells (minute, series id, cell) and the delta state that the
+    # target's earlier scrapes kept in memory only (collector/sources/scrape.py, `Unwritten`)
+    carry_rows: list[tuple[int, int, Cell]] = field(default_factory=list)
+    carry_state: dict[SeriesIdent, Cumulative] = field(default_factory=dict)
+    carry_process_start_unix: float | None = None
+
+    @property
+    def process_start_unix(self) -> float | None:
+        """The server's process start to store (None keeps the stored one)."""
+        started = self.deltas.process_start_unix
+        return started if started is not None else self.carry_process_start_unix
 
     def adopt(self) -> None:
         """After the commit: the caller's caches take what is now stored."""
@@ -538,6 +544,34 @@ class ScrapeCommit:
             om.previous = (om.minute, om.cells) if kept and om.minute is not None else None
             om.minute, om.cells = self.deltas.minute, {}
         om.cells.update(self.merged)
+
+
+def merge_window(rows: Iterable[Row], end_unix: int) -> list[SeriesCell]:
+    """`rows` of a window ending at `end_unix` merged per series (`Store.read_window`); the
+    rows' cells are merged into, not copied."""
+    merged: dict[tuple[str, SeriesIdent], SeriesCell] = {}
+    for row in rows:
+        if row.start_unix + row.period_seconds > end_unix and row.period_seconds != MINUTE_SECONDS:
+            continue
+        key = (row.cell.target, row.cell.ident)
+        have = merged.get(key)
+        if have is None:
+            merged[key] = SeriesCell(row.cell.target, row.cell.ident, row.cell.unit, row.cell.cell)
+        else:
+            have.cell.merge(row.cell.cell)
+    return list(merged.values())
+
+
+def merge_in_memory(item: ScrapeCommit, ids: dict[SeriesIdent, int] | None = None) -> bool:
+    """Merge the scrape's cells into its minute's cells as the target's `OpenMinute` knows
+    them (`item.merged`); False when memory cannot tell what is stored for that minute."""
+    om = item.open_minute
+    known = om.known_cells(item.deltas.minute, item.baseline_unix) if om is not None else None
+    if known is None:
+        return False
+    ids = item.series_ids if ids is None else ids
+    item.merged = {ids[ident]: _merged(known.get(ids[ident]), cell) for ident, cell in item.deltas.cells.items()}
+    return True
 
 
 def _merged(have: Cell | None, cell: Cell) -> Cell:

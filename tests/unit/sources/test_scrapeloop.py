@@ -36,8 +36,16 @@ def test_next_slot_is_on_the_grid_and_strictly_after_now() -> None:
 
 
 def _scraper(name: str, interval: float, work: Callable[[], Awaitable[None]]) -> Any:
+    async def write_unwritten() -> None:  # nothing kept in memory (minute writes)
+        return None
+
     return SimpleNamespace(
-        target=SimpleNamespace(name=name, url=f"http://127.0.0.1:1/{name}"), interval=interval, run_scheduled=work
+        target=SimpleNamespace(name=name, url=f"http://127.0.0.1:1/{name}"),
+        interval=interval,
+        run_scheduled=work,
+        next_slot_unix=None,
+        must_write_before=lambda _at: False,
+        write_unwritten=write_unwritten,
     )
 
 
@@ -78,3 +86,49 @@ def test_loops_fire_on_their_slots_without_drift_and_skip_missed_slots() -> None
     gaps = [b - a for a, b in itertools.pairwise(slow)]
     assert gaps and all(g > 0.35 for g in gaps), gaps
     assert loops.skipped_slots >= len(gaps)
+
+
+def test_each_scrape_is_told_its_next_slot_and_a_minute_left_in_memory_is_written_after_it() -> None:
+    """Minute writes (collector/sources/scrape.py): the loop hands each scrape the slot after it,
+    and writes what a scrape left in memory once the next slot is in a later minute than it."""
+    interval = 0.2
+    seen: list[tuple[float, float]] = []  # (when the scrape ran, the next slot it was told)
+    writes: list[float] = []
+    pending = {"minute": None}  # a fake "minute": the slot index a run left unwritten
+
+    async def run() -> None:
+        seen.append((time.time(), scraper.next_slot_unix))
+        pending["minute"] = len(seen)
+
+    async def write_unwritten() -> None:
+        writes.append(time.time())
+        pending["minute"] = None
+
+    def must_write_before(at: float) -> bool:  # every third run leaves its "minute" to the loop
+        return pending["minute"] is not None and pending["minute"] % 3 == 0 and at > 0
+
+    scraper = SimpleNamespace(
+        target=SimpleNamespace(name="t", url="http://127.0.0.1:1/t"),
+        interval=interval,
+        run_scheduled=run,
+        next_slot_unix=None,
+        must_write_before=must_write_before,
+        write_unwritten=write_unwritten,
+    )
+
+    async def main() -> None:
+        loops = ScrapeLoops([scraper], track=lambda job: job)
+        loops.start()
+        await asyncio.sleep(2.0)
+        loops.stop()
+        await loops.wait(1.0)
+
+    asyncio.run(main())
+    assert len(seen) >= 7
+    # told the next slot on the grid: one interval after the slot it ran on
+    for ran, told in seen:
+        assert told is not None and 0.1 < told - ran <= interval + 0.05
+    # written right after every third run, before the next run
+    assert len(writes) == len(seen) // 3
+    for k, w in enumerate(writes, start=1):
+        assert seen[3 * k - 1][0] <= w < (seen[3 * k][0] if 3 * k < len(seen) else float("inf"))
