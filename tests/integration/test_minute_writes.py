@@ -11,13 +11,17 @@ with scrapes in memory loses no count.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from collector.config import Settings
 from collector.rollup import MINUTE_SECONDS, Cell, period_start
 from collector.runtime import Runtime
+from collector.store import repository
 from collector.store.repository import Store
 from tests.targets import Behaviour, target_server, vllm_body
 
@@ -186,3 +190,55 @@ def test_a_collector_that_dies_with_scrapes_in_memory_loses_no_count(tmp_path: P
 
         asyncio.run(first_life())
         asyncio.run(second_life())
+
+
+def test_a_database_failure_on_the_minutes_last_scrape_loses_nothing_kept_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The minute's last scrape cannot write (another process holds SQLite's write lock): it fails
+    as a store error and the scrapes kept in memory stay there; the next scrape writes them with
+    its own, and the store ends as the target written every scrape (which failed alike)."""
+    monkeypatch.setattr(repository, "SQLITE_BUSY_TIMEOUT_MS", 200)  # give up on the lock quickly
+    scale = {"n": 1}
+    routes = {"/m": Behaviour(vllm_body(lambda: scale["n"]))}
+    m0 = period_start(time.time()) - 10 * MINUTE_SECONDS
+    with target_server(routes) as srv:
+        settings = settings_for(tmp_path, srv.url("/m"))
+
+        async def run() -> None:
+            rt = Runtime(settings)
+            await rt.start()
+            await scrape_both(rt, m0 + 5, m0 + 20)
+            for k, at in enumerate((m0 + 20, m0 + 35), start=2):
+                scale["n"] = k
+                await scrape_both(rt, at, at + INTERVAL)
+            kept = rt.scrapers["kept"]
+            assert kept.unwritten is not None
+            db = settings.resolved_database_url.removeprefix("sqlite:///")
+            other = sqlite3.connect(db, isolation_level=None)
+            other.execute("BEGIN EXCLUSIVE")  # a writer that does not let go
+            try:
+                scale["n"] = 4
+                kept.next_slot_unix = m0 + 65
+                for scraper in (rt.scrapers["every"], kept):
+                    assert not await scraper.scrape_once(lambda: m0 + 50)
+                    assert scraper.status.last_error_reason == "store"
+                assert kept.unwritten is not None and kept.must_write_before(m0 + 65)
+                await kept.write_unwritten()  # the loop's write fails too, and is logged
+                assert kept.unwritten is not None
+            finally:
+                other.execute("ROLLBACK")
+                other.close()
+            scale["n"] = 5
+            await scrape_both(rt, m0 + 65, m0 + 80)  # writes the minute kept, then its own
+            assert rt.scrapers["kept"].unwritten is None
+            await rt.close()
+            store = Store(settings.resolved_database_url)
+            try:
+                assert same_cells(stored(store, "kept", m0, m0 + 120), stored(store, "every", m0, m0 + 120))
+                assert counter_total(store, "kept", m0, m0 + 60) == 40.0  # the two kept scrapes
+                assert counter_total(store, "kept", m0, m0 + 120) == 80.0  # and the failed one's, later
+            finally:
+                store.close()
+
+        asyncio.run(run())
