@@ -89,13 +89,17 @@ def pair(tmp_path: Path) -> Iterator[Pair]:
         yield Pair(routes, settings_for(tmp_path, srv.url("/m")), scale, period_start(time.time()) - 600)
 
 
-async def two_kept(rt: Runtime, p: Pair) -> None:
-    """The first scrape at m0 + 5 (new series: written at once), then two kept in memory."""
+async def two_kept(p: Pair) -> Runtime:
+    """A started collector of the pair: its first scrape at m0 + 5 (new series: written at once),
+    then two kept in memory."""
+    rt = Runtime(p.settings)
+    await rt.start()
     await scrape_both(rt, p.m0 + 5, p.m0 + 20)
     for k, at in enumerate((p.m0 + 20, p.m0 + 35), start=2):
         p.scale["n"] = k
         await scrape_both(rt, at, at + INTERVAL)
     assert rt.scrapers["kept"].unwritten is not None
+    return rt
 
 
 def test_kept_scrapes_are_written_once_with_the_minutes_last_and_match_every_scrape_written(pair: Pair) -> None:
@@ -153,9 +157,7 @@ def test_a_failed_last_scrape_leaves_the_minute_to_the_loops_write(pair: Pair) -
     m0 = pair.m0
 
     async def run() -> None:
-        rt = Runtime(pair.settings)
-        await rt.start()
-        await two_kept(rt, pair)
+        rt = await two_kept(pair)
         kept = rt.scrapers["kept"]
         assert not kept.must_write_before(m0 + 50)
         pair.routes["/m"].status = 500  # the minute's last scrape fails
@@ -177,9 +179,7 @@ def test_a_collector_that_dies_with_scrapes_in_memory_loses_no_count(pair: Pair)
     m0 = pair.m0
 
     async def first_life() -> None:
-        rt = Runtime(pair.settings)
-        await rt.start()
-        await two_kept(rt, pair)
+        rt = await two_kept(pair)
         # killed: no shutdown, nothing written; the store is left as the process left it
         rt.store.close()
 
@@ -213,9 +213,7 @@ def test_a_database_failure_on_the_minutes_last_scrape_loses_nothing_kept_in_mem
     m0 = pair.m0
 
     async def run() -> None:
-        rt = Runtime(pair.settings)
-        await rt.start()
-        await two_kept(rt, pair)
+        rt = await two_kept(pair)
         kept = rt.scrapers["kept"]
         other = sqlite3.connect(pair.settings.resolved_database_url.removeprefix("sqlite:///"), isolation_level=None)
         other.execute("BEGIN EXCLUSIVE")  # a writer that does not let go
