@@ -153,7 +153,7 @@ class Runtime:
         self.fold = Fold(self.business_type_of)
         self.running = RunningWindows(
             [w for w in settings.windows if settings.sliding_horizon < w <= settings.retention.minute_rollups],
-            lambda lo, hi: self.store.read_window(lo, hi, targets_in=self.shard),
+            self._closed_minutes,
             grace,
             self.fold,
         )
@@ -207,6 +207,7 @@ class Runtime:
         self.traces = TraceIngest(self)
         self.request_snapshot: dict[tuple[float, str, str], RequestSummary] = {}
         self.started = False
+        self.closed_from_memory = 0  # closed minutes the running windows took from the scrapers' memory
         self.inflight: set[asyncio.Task[object]] = set()
         self.job_timings = JobTimings()
         # the switch interval while a pass computes (collector/gcpolicy.py)
@@ -602,6 +603,26 @@ class Runtime:
                     if cell is not None:
                         out.append(Row(minute, MINUTE_SECONDS, SeriesCell(name, ident, units.get(ident.key, ""), cell)))
         return out
+
+    def _closed_minutes(self, start: int, end: int) -> list[SeriesCell]:
+        """The running windows' read of the minutes of [start, end) once closed: a minute that
+        every scraper of this collector still keeps (the one that just closed) from their
+        memory, others from the store (this collector's targets)."""
+        if self.started and end - start == MINUTE_SECONDS:
+            out: list[SeriesCell] = []
+            for name, scraper in list(self.scrapers.items()):
+                cells = scraper.open_minute.cells_of(start)
+                if cells is None:
+                    break
+                idents, units = scraper.idents, scraper.units
+                for sid, cell in cells.items():
+                    ident = idents.get(sid)
+                    if ident is not None:
+                        out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
+            else:
+                self.closed_from_memory += 1
+                return out
+        return self.store.read_window(start, end, targets_in=self.shard)
 
     def read_rows(
         self,

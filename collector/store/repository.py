@@ -477,12 +477,26 @@ class OpenMinute:
     every shard's targets, the scrapers' memory only this collector's).
     """
 
-    __slots__ = ("cells", "minute", "previous")
+    __slots__ = ("cells", "first", "minute", "previous")
 
     def __init__(self) -> None:
         self.minute: int | None = None
         self.cells: dict[int, Cell] = {}
         self.previous: tuple[int, dict[int, Cell]] | None = None
+        self.first: int | None = None  # the first minute a scrape of this process counted in
+
+    def cells_of(self, minute: int) -> dict[int, Cell] | None:
+        """The target's cells of `minute` as stored (or as its last scrape will write them), when
+        memory knows them: {} for a minute this process scraped nothing in since its first; None
+        for a minute before that, or older than the two kept (the store has it)."""
+        current, previous = self.minute, self.previous
+        if self.first is None or current is None or minute < self.first:
+            return None
+        if minute >= current:
+            return dict(self.cells) if minute == current else {}
+        if previous is None or minute < previous[0]:
+            return None
+        return dict(previous[1]) if minute == previous[0] else {}
 
     def stored(self, from_minute: int) -> list[tuple[int, list[tuple[int, Cell]]]]:
         """(minute, cells by series id) of the kept minutes from `from_minute` on, as stored."""
@@ -539,6 +553,8 @@ class ScrapeCommit:
         om = self.open_minute
         if om is None or self.merged is None:
             return
+        if om.first is None:
+            om.first = self.deltas.minute
         if om.minute != self.deltas.minute:
             kept = om.minute is not None and om.minute < self.deltas.minute
             om.previous = (om.minute, om.cells) if kept and om.minute is not None else None

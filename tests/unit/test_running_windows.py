@@ -9,6 +9,8 @@ import dataclasses
 import random
 from pathlib import Path
 
+import pytest
+
 from collector.analytics.serving import build_report
 from collector.config import Settings
 from collector.runtime import Runtime, window_bounds
@@ -37,7 +39,10 @@ class Server:
         return render("current", "m", m)
 
 
-def test_running_windows_match_a_re_read_of_the_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize("serving", [False, True])
+def test_running_windows_match_a_re_read_of_the_store(tmp_path: Path, serving: bool) -> None:
+    """`serving`: as `llmslo serve` runs, the minute that just closed is taken from the scrapers'
+    memory (Runtime._closed_minutes) when every scraper still keeps it; else from the store."""
     settings = Settings.model_validate(
         {
             "data_dir": str(tmp_path),
@@ -49,6 +54,7 @@ def test_running_windows_match_a_re_read_of_the_store(tmp_path: Path) -> None:
         }
     )
     rt = Runtime(settings)
+    rt.started = serving
     rng = random.Random(3)
     servers = {"a": Server(rng, T0 - 10), "b": Server(rng, T0 - 10)}
     compared = 0
@@ -78,5 +84,8 @@ def test_running_windows_match_a_re_read_of_the_store(tmp_path: Path) -> None:
         t += 15
     assert compared > 200
     assert rt.running.rebuilds == 2  # the first pass and after the outage; otherwise minute by minute
+    # serving, the minute that closed came from memory on each pass a minute after the previous one
+    # (44 here; passes 7 minutes apart read the older minutes from the store, as before b's first scrape)
+    assert (rt.closed_from_memory > 30) if serving else rt.closed_from_memory == 0
     # and the store was read minute by minute, not the whole window per pass
     assert rt.running.minutes_read < 3 * 3 * 180
