@@ -2,7 +2,8 @@
 
 A window of `w` seconds is split in two: the closed minutes, merged into one cell per series and
 updated once per minute (the minute that closed is added, the minute that left the window is
-subtracted; both read from the store, one minute of rows each), and the minute or two still open,
+subtracted; one minute of rows each, the one that closed from the scrapers' memory while serving
+and the one that left from the store: `read_minutes`), and the minute or two still open,
 as each scraper keeps them in memory (`OpenMinute`, as stored). A derive pass then costs a merge
 of the open minutes, whatever the window's length; the store is read for two minutes per window
 per minute instead of the whole window every pass.

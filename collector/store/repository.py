@@ -472,9 +472,10 @@ class OpenMinute:
     whole truth: the next scrape merges in memory and writes without reading. After a
     collector restart in the middle of a minute, or a clock that went back, the rows are read once.
     The minute before is kept too: with this one, the open minutes a derive pass and the drift
-    pass read from memory (collector/windowcells.py, Runtime.open_rows); the running windows read
-    a minute from the store once it has closed (with several collectors on one database it holds
-    every shard's targets, the scrapers' memory only this collector's).
+    pass read from memory (collector/windowcells.py, Runtime.open_rows), and the running windows
+    the minute that just closed (`cells_of`; older minutes from the store, which with several
+    collectors on one database holds every shard's targets, the scrapers' memory only this
+    collector's).
     """
 
     __slots__ = ("cells", "first", "minute", "previous")
