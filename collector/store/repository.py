@@ -487,14 +487,16 @@ class OpenMinute:
         self.first: int | None = None  # the first minute a scrape of this process counted in
 
     def cells_of(self, minute: int) -> dict[int, Cell] | None:
-        """The target's cells of `minute` as stored (or as its last scrape will write them), when
-        memory knows them: {} for a minute this process scraped nothing in since its first; None
-        for a minute before that, or older than the two kept (the store has it)."""
-        current, previous = self.minute, self.previous
-        if self.first is None or current is None or minute < self.first:
+        """The target's cells of a closed `minute`, as stored, when memory knows them: {} for a
+        minute this process scraped nothing in since its first; None for a minute before that,
+        older than the minute before the current one, or the current one (read from another
+        thread, its cells may be changing under the reader: the store has it)."""
+        current = self.minute  # read before `previous`: a scrape's adopt sets `previous` first
+        previous = self.previous
+        if self.first is None or current is None or minute < self.first or minute == current:
             return None
-        if minute >= current:
-            return dict(self.cells) if minute == current else {}
+        if minute > current:
+            return {}
         if previous is None or minute < previous[0]:
             return None
         return dict(previous[1]) if minute == previous[0] else {}
