@@ -605,24 +605,29 @@ class Runtime:
         return out
 
     def _closed_minutes(self, start: int, end: int) -> list[SeriesCell]:
-        """The running windows' read of the minutes of [start, end) once closed: a minute that
-        every scraper of this collector still keeps (the one that just closed) from their
-        memory, others from the store (this collector's targets)."""
-        if self.started and end - start == MINUTE_SECONDS:
-            out: list[SeriesCell] = []
-            for name, scraper in list(self.scrapers.items()):
-                cells = scraper.open_minute.cells_of(start)
-                if cells is None:
-                    break
-                idents, units = scraper.idents, scraper.units
-                for sid, cell in cells.items():
-                    ident = idents.get(sid)
-                    if ident is not None:
-                        out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
-            else:
-                self.closed_from_memory += 1
-                return out
-        return self.store.read_window(start, end, targets_in=self.shard)
+        """The running windows' read of the minutes of [start, end) once closed: while serving,
+        a single minute is taken from the memory of the scrapers that still keep it (the one that
+        just closed), the others' from the store; older minutes from the store."""
+        if not self.started or end - start != MINUTE_SECONDS:
+            return self.store.read_window(start, end, targets_in=self.shard)
+        out: list[SeriesCell] = []
+        missing: list[str] = []  # a scraper still in that minute, or that no longer keeps it
+        for name, scraper in list(self.scrapers.items()):
+            cells = scraper.open_minute.cells_of(start)
+            if cells is None:
+                missing.append(name)
+                continue
+            idents, units = scraper.idents, scraper.units
+            for sid, cell in cells.items():
+                ident = idents.get(sid)
+                if ident is not None:
+                    out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
+        if len(missing) == len(self.scrapers):
+            return self.store.read_window(start, end, targets_in=self.shard)
+        self.closed_from_memory += 1
+        if missing:
+            out.extend(self.store.read_window(start, end, targets_in=missing))
+        return out
 
     def read_rows(
         self,
