@@ -135,7 +135,6 @@ class TargetScraper:
         # without one (a test's, the simulator's) writes at once
         self.next_slot_unix: float | None = None
         self.unwritten: Unwritten | None = None
-        self.kept_in_memory_total = 0  # scrapes left to the minute's last one to write
 
     def series_of(self, metrics: frozenset[str]) -> list[tuple[int, SeriesIdent]]:
         """(series id, series) of every series of `metrics` this target has stored, chosen once
@@ -295,7 +294,6 @@ class TargetScraper:
         return True
 
     def _note_unwritten(self, item: ScrapeCommit) -> None:
-        self.kept_in_memory_total += 1
         waiting = self.unwritten
         if waiting is None:
             waiting = self.unwritten = Unwritten(item.deltas.minute)
