@@ -76,7 +76,7 @@ from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.service import TraceIngest
 from collector.traces.store import compact_requests, expire_span_ids, first_request_unix, read_requests
 from collector.traces.summary import RequestSummary, summarize
-from collector.windowcells import PassView, add_open, open_cells, open_of, recent_of, sliding_cells
+from collector.windowcells import Kept, PassView, add_open, open_cells, open_of, recent_of, sliding_cells
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -592,17 +592,38 @@ class Runtime:
         answer: not serving (no scraper has committed in this process), or a minute before those."""
         if not self.started or start < period_start(time.time()) - MINUTE_SECONDS:
             return None
+        return self._kept_rows(start, end, metrics)[0]
+
+    def _kept_rows(
+        self,
+        start: int,
+        end: int,
+        metrics: frozenset[str] | None,
+        target: str | None = None,
+        model: str | None = None,
+        targets_in: Collection[str] | None = None,
+        copy: bool = False,
+    ) -> tuple[list[Row], set[tuple[str, int]]]:
+        """The cells the scrapers keep in memory for the minutes of [start, end) (of `metrics`,
+        else every series), as rows (copies with `copy`: the scrapers' own are never changed),
+        and the (target, minute) pairs memory answers for, cells or not."""
         out: list[Row] = []
+        covered: set[tuple[str, int]] = set()
         for name, scraper in list(self.scrapers.items()):
-            units, chosen = scraper.units, scraper.series_of(metrics)
+            if (target is not None and name != target) or (targets_in is not None and name not in targets_in):
+                continue
+            units = scraper.units
+            chosen = scraper.series_of(metrics) if metrics is not None else list(scraper.idents.items())
             for minute, by_sid in scraper.open_minute.kept(start):
                 if minute >= end:
                     continue
+                covered.add((name, minute))
                 for sid, ident in chosen:
                     cell = by_sid.get(sid)
-                    if cell is not None:
-                        out.append(Row(minute, MINUTE_SECONDS, SeriesCell(name, ident, units.get(ident.key, ""), cell)))
-        return out
+                    if cell is not None and (model is None or ident.key.model == model):
+                        sc = SeriesCell(name, ident, units.get(ident.key, ""), cell.copy() if copy else cell)
+                        out.append(Row(minute, MINUTE_SECONDS, sc))
+        return out, covered
 
     def _closed_minutes(self, start: int, end: int) -> list[SeriesCell]:
         """The running windows' read of the minutes of [start, end) once closed: while serving,
@@ -610,21 +631,18 @@ class Runtime:
         just closed), the others' from the store; older minutes from the store."""
         if not self.started or end - start != MINUTE_SECONDS:
             return self.store.read_window(start, end, targets_in=self.shard)
-        out: list[SeriesCell] = []
+        kept: Kept = []
         missing: list[str] = []  # a scraper still in that minute, or that no longer keeps it
         for name, scraper in list(self.scrapers.items()):
             cells = scraper.open_minute.cells_of(start)
             if cells is None:
                 missing.append(name)
-                continue
-            idents, units = scraper.idents, scraper.units
-            for sid, cell in cells.items():
-                ident = idents.get(sid)
-                if ident is not None:
-                    out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
+            else:
+                kept.append((name, scraper.idents, scraper.units, [(start, cells)]))
         if len(missing) == len(self.scrapers):
             return self.store.read_window(start, end, targets_in=self.shard)
         self.closed_from_memory += 1
+        out = open_cells(kept, start)
         if missing:
             out.extend(self.store.read_window(start, end, targets_in=missing))
         return out
@@ -644,22 +662,7 @@ class Runtime:
         last two minutes as stored plus what it has not written (`OpenMinute`)."""
         rows = self.store.read_rows(start, end, metrics=metrics, target=target, model=model, targets_in=targets_in)
         wanted = frozenset(metrics) if metrics is not None else None
-        kept: list[Row] = []
-        covered: set[tuple[str, int]] = set()  # (target, minute) that memory answers for
-        for name, scraper in list(self.scrapers.items()):
-            if (target is not None and name != target) or (targets_in is not None and name not in targets_in):
-                continue
-            units = scraper.units
-            chosen = scraper.series_of(wanted) if wanted is not None else list(scraper.idents.items())
-            for minute, by_sid in scraper.open_minute.kept(start):
-                if minute >= end:
-                    continue
-                covered.add((name, minute))
-                for sid, ident in chosen:
-                    cell = by_sid.get(sid)
-                    if cell is not None and (model is None or ident.key.model == model):
-                        sc = SeriesCell(name, ident, units.get(ident.key, ""), cell.copy())
-                        kept.append(Row(minute, MINUTE_SECONDS, sc))
+        kept, covered = self._kept_rows(start, end, wanted, target, model, targets_in, copy=True)
         out = [r for r in rows if r.period_seconds != MINUTE_SECONDS or (r.cell.target, r.start_unix) not in covered]
         return out + kept
 
