@@ -1,12 +1,16 @@
 /*
  * _expscan: the steady-state scrape of a text exposition (0.0.4) body, in C.
  *
- * scan(text, entries, sample_limit, comment) walks the lines of `text` exactly as
- * collector/sources/expfmt.py: scan() does when every sample line is `prefix value` with a prefix
- * already in `entries` (the target's series cache, filled by earlier scrapes): it returns the
- * list of (entries[prefix], float(value), line number, prefix) of the lines whose entry is not
- * None, and calls comment(line, line_number) for every line starting with '#' (the Python
- * parser's TYPE/HELP handling, which may raise). For anything else (a prefix not in the cache,
+ * scan(text, entries, sample_limit, comment, comments, types) walks the lines of `text` exactly
+ * as collector/sources/expfmt.py: scan() does when every sample line is `prefix value` with a
+ * prefix already in `entries` (the target's series cache, filled by earlier scrapes): it returns
+ * the list of (entries[prefix], float(value), line number, prefix) of the lines whose entry is
+ * not None. A line starting with '#' that is a key of `comments` (the target's comment lines the
+ * Python parser accepted in earlier scrapes) is taken from there: None (HELP, UNIT, a plain
+ * comment) adds nothing, a (family, type) tuple (TYPE) sets types[family] = type; any other
+ * comment line, and a TYPE line whose family `types` already holds, goes to comment(line,
+ * line_number) (the Python parser's TYPE/HELP handling, which may raise, and which remembers
+ * the lines it accepts in `comments`). For anything else (a prefix not in the cache,
  * a value float() refuses or with '_', a duplicate series, more than sample_limit samples) it
  * returns None without having decided anything, and the caller runs the pure-Python scanner,
  * which parses the new series or raises the error naming its line. So this file never decides
@@ -16,10 +20,29 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* A comment line the Python parser accepted before: 1 when done here (nothing to add, or its TYPE
+ * set in `types`), 0 when the Python parser must see it (new, or a second TYPE for a family),
+ * -1 on a Python error. */
+static int remembered(PyObject *line, PyObject *comments, PyObject *types) {
+    PyObject *seen = PyDict_GetItemWithError(comments, line); /* borrowed */
+    if (seen == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (seen == Py_None)
+        return 1;
+    if (!PyTuple_Check(seen) || PyTuple_GET_SIZE(seen) != 2)
+        return 0;
+    PyObject *family = PyTuple_GET_ITEM(seen, 0), *kind = PyTuple_GET_ITEM(seen, 1);
+    int twice = PyDict_Contains(types, family);
+    if (twice != 0)
+        return twice < 0 ? -1 : 0; /* the parser names the second TYPE line */
+    return PyDict_SetItem(types, family, kind) < 0 ? -1 : 1;
+}
+
 static PyObject *scan(PyObject *self, PyObject *args) {
-    PyObject *text, *entries, *comment;
+    PyObject *text, *entries, *comment, *comments, *types;
     Py_ssize_t sample_limit;
-    if (!PyArg_ParseTuple(args, "UO!nO", &text, &PyDict_Type, &entries, &sample_limit, &comment))
+    if (!PyArg_ParseTuple(args, "UO!nOO!O!", &text, &PyDict_Type, &entries, &sample_limit, &comment, &PyDict_Type,
+                          &comments, &PyDict_Type, &types))
         return NULL;
     Py_ssize_t length = PyUnicode_GET_LENGTH(text);
     PyObject *out = PyList_New(0);
@@ -39,11 +62,20 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                 PyObject *line = PyUnicode_Substring(text, start, end);
                 if (line == NULL)
                     goto error;
-                PyObject *r = PyObject_CallFunction(comment, "On", line, lineno);
+                int known = remembered(line, comments, types);
+                if (known < 0) {
+                    Py_DECREF(line);
+                    goto error;
+                }
+                if (!known) {
+                    PyObject *r = PyObject_CallFunction(comment, "On", line, lineno);
+                    if (r == NULL) {
+                        Py_DECREF(line);
+                        goto error; /* the Python parser's own error for this line */
+                    }
+                    Py_DECREF(r);
+                }
                 Py_DECREF(line);
-                if (r == NULL)
-                    goto error; /* the Python parser's own error for this line */
-                Py_DECREF(r);
             } else {
                 Py_ssize_t cut = PyUnicode_FindChar(text, ' ', start, end, -1);
                 if (cut == -2)

@@ -74,6 +74,8 @@ class SeriesCache(Generic[T]):
 
     max_entries: int = 100_000
     entries: dict[str, T] = field(default_factory=dict)
+    # comment lines accepted before: None (HELP, UNIT, plain), or the (family, type) of a TYPE line
+    comments: dict[str, tuple[str, str] | None] = field(default_factory=dict)
 
     def put(self, key: str, value: T) -> None:
         if len(self.entries) >= self.max_entries:
@@ -155,7 +157,15 @@ def scan(
         # the steady state in C: every sample line a series already in the cache (None: not so,
         # or a problem; the loop below then parses the new series or names the bad line)
         known: dict[str, str] = {}
-        fast = _expscan.scan(text, entries, sample_limit, lambda line, n: _parse_comment(line, n, known))
+        comments = cache.comments
+
+        def comment(line: str, n: int) -> None:
+            declared = _parse_comment(line, n, known)  # raises for a bad line: nothing remembered
+            if len(comments) >= cache.max_entries:
+                comments.clear()
+            comments[line] = declared
+
+        fast = _expscan.scan(text, entries, sample_limit, comment, comments, known)
         if fast is not None:
             return fast, known
     out: list[tuple[T, float, int, str]] = []
@@ -224,22 +234,24 @@ def _parse_value(raw: str, lineno: int) -> float:
         raise ExpositionError("parse", f"invalid sample value {raw!r}", lineno) from None
 
 
-def _parse_comment(line: str, lineno: int, types: dict[str, str]) -> None:
+def _parse_comment(line: str, lineno: int, types: dict[str, str]) -> tuple[str, str] | None:
+    """Check one comment line; a TYPE line's (family, type) is set in `types` and returned."""
     parts = line.split(None, 3)
     if len(parts) < 2 or parts[1] not in ("TYPE", "HELP", "UNIT"):
-        return  # a plain comment
+        return None  # a plain comment
     if parts[1] == "HELP" and len(parts) >= 3 and _NAME_RE.fullmatch(parts[2]):
-        return
+        return None
     if len(parts) < 3 or not _NAME_RE.fullmatch(parts[2]):
         raise ExpositionError("parse", f"malformed {parts[1]} line: {line[:120]!r}", lineno)
     if parts[1] != "TYPE":
-        return
+        return None
     if len(parts) != 4 or parts[3].strip() not in _VALID_TYPES:
         raise ExpositionError("parse", f"malformed TYPE line: {line[:120]!r}", lineno)
     name = parts[2]
     if name in types:
         raise ExpositionError("parse", f"second TYPE line for {name}", lineno)
-    types[name] = parts[3].strip()
+    types[name] = kind = parts[3].strip()
+    return name, kind
 
 
 def _parse_sample_line(line: str, lineno: int, openmetrics: bool) -> tuple[str, Labels, str, float]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -107,3 +108,60 @@ def test_wrong_content_type_is_refused(ctype: str) -> None:
 def test_missing_content_type_means_text_format() -> None:
     assert detect_format(None) == "text"
     assert detect_format("text/plain; version=0.0.4; charset=utf-8") == "text"
+
+
+def _c_scanner() -> None:
+    from collector.sources import expfmt
+
+    if not expfmt.SCANNER_BUILT:
+        if os.environ.get("CI") == "true":
+            raise AssertionError("the C scanner was not built (a C compiler is needed at install)")
+        pytest.skip("the C scanner is not built here (no C compiler at install)")
+
+
+def test_a_targets_comment_lines_are_checked_once_then_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The steady-state C scan takes the HELP and TYPE lines a target sent before from its cache
+    instead of calling the Python parser for each (~90 lines a vLLM scrape); a changed line is
+    checked again, and the TYPE declarations come out the same."""
+    from collector.sources import expfmt
+
+    _c_scanner()
+    checked: list[str] = []
+    real = expfmt._parse_comment
+
+    def counting(line: str, lineno: int, types: dict[str, str]) -> tuple[str, str] | None:
+        checked.append(line)
+        return real(line, lineno, types)
+
+    monkeypatch.setattr(expfmt, "_parse_comment", counting)
+    text = public_sample_section(1)
+    comment_lines = [line for line in text.split("\n") if line.startswith("#")]
+    cache: SeriesCache[tuple[str, tuple[tuple[str, str], ...]] | None] = SeriesCache()
+    cold = parse(text, cache=cache)  # the pure-Python scan: new series
+    assert parse(text, cache=cache).types == cold.types  # the C scan: each comment line checked once
+    assert sorted(checked) == sorted(comment_lines + comment_lines)
+    checked.clear()
+    warm = parse(text.replace(" 66.0", " 67.0"), cache=cache)
+    assert checked == [] and warm.types == cold.types and len(cold.types) > 10
+    assert set(cache.comments) == set(comment_lines)
+    help_line = next(line for line in comment_lines if line.startswith("# HELP"))
+    changed = text.replace(help_line, help_line + " (reworded)")
+    assert parse(changed, cache=cache).types == cold.types
+    assert checked == [help_line + " (reworded)"]
+
+
+def test_a_remembered_type_line_sent_twice_is_still_an_error_naming_its_line() -> None:
+    _c_scanner()
+    body = "# HELP a_total A.\n# TYPE a_total counter\na_total 1\n"
+    cache: SeriesCache[tuple[str, tuple[tuple[str, str], ...]] | None] = SeriesCache()
+    parse(body, cache=cache)
+    parse(body, cache=cache)  # remembered
+    assert "# TYPE a_total counter" in cache.comments
+    with pytest.raises(ExpositionError) as err:
+        parse(body + "# TYPE a_total counter\n", cache=cache)
+    assert err.value.line == 4 and "second TYPE line for a_total" in str(err.value)
+    with pytest.raises(ExpositionError) as bad:  # a malformed line is never remembered
+        parse(body + "# TYPE b_total sideways\n", cache=cache)
+    assert bad.value.line == 4 and "malformed TYPE line" in str(bad.value)
+    assert "# TYPE b_total sideways" not in cache.comments
+    assert parse(body, cache=cache).types == {"a_total": "counter"}  # the cache still serves
