@@ -4,5 +4,11 @@ from collections.abc import Callable
 from typing import Any
 
 def scan(
-    text: str, entries: dict[str, Any], sample_limit: int, comment: Callable[[str, int], None], /
+    text: str,
+    entries: dict[str, Any],
+    sample_limit: int,
+    comment: Callable[[str, int], None],
+    comments: dict[str, tuple[str, str] | None],
+    types: dict[str, str],
+    /,
 ) -> list[tuple[Any, float, int, str]] | None: ...
