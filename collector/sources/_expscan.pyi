@@ -10,5 +10,6 @@ def scan(
     comment: Callable[[str, int], None],
     comments: dict[str, tuple[str, str] | None],
     types: dict[str, str],
+    layout: list[tuple[str, object]],
     /,
 ) -> list[tuple[Any, float, int, str]] | None: ...

@@ -9,6 +9,7 @@ float() per sample instead of a full label parse.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
@@ -76,6 +77,8 @@ class SeriesCache(Generic[T]):
     entries: dict[str, T] = field(default_factory=dict)
     # comment lines accepted before: None (HELP, UNIT, plain), or the (family, type) of a TYPE line
     comments: dict[str, tuple[str, str] | None] = field(default_factory=dict)
+    # the lines of the last body the C scan read, for the next one to be read against (_expscan.c)
+    layout: list[tuple[str, object]] = field(default_factory=list)
 
     def put(self, key: str, value: T) -> None:
         if len(self.entries) >= self.max_entries:
@@ -165,7 +168,7 @@ def scan(
                 comments.clear()
             comments[line] = declared
 
-        fast = _expscan.scan(text, entries, sample_limit, comment, comments, known)
+        fast = _expscan.scan(text, entries, sample_limit, comment, comments, known, cache.layout)
         if fast is not None:
             return fast, known
     out: list[tuple[T, float, int, str]] = []
@@ -210,7 +213,7 @@ def scan(
                 hit = entries[key]
             else:
                 hit = resolve(name, labels, lineno)
-                cache.put(key, hit)
+                cache.put(sys.intern(key), hit)  # interned: the C scan's layout shares the string
         if key in seen:
             raise ExpositionError("parse", f"duplicate series {key} (first on line {seen[key]})", lineno)
         seen[key] = lineno

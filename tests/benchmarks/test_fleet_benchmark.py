@@ -12,6 +12,11 @@ burn-rate and drift rules, the same SLOs llmslo evaluates) and each target its b
 label, as a fleet that runs the SLOs in Prometheus would: the baseline of llmslo's whole job
 rather than of scraping alone.
 
+Each case measures two phases after the warm-up: LLMSLO_FLEET_QUIET_SECONDS (90) with no reader of
+llmslo (the collector's own work: scraping, derive passes, SLO evaluation, drift), then
+LLMSLO_FLEET_SECONDS with /metrics fetched every 13 s and the fleet view every 26 s (their cost
+is in llmslo's CPU; Prometheus serves no query in either phase). Each phase prints its own ratio.
+
 LLMSLO_FLEET_SHARDS=K (PostgreSQL) runs K sharded collectors (README, "Sharded collectors"), each
 scraping its shard of the targets and all evaluating the fleet's SLOs: CPU, RSS and scrapes are
 their sums; /metrics and the fleet view are timed on the first collector (its shard).
@@ -186,6 +191,7 @@ def cases() -> list[tuple[int, str]]:
 def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
     seconds = float(os.environ.get("LLMSLO_FLEET_SECONDS", "180"))
     warmup = float(os.environ.get("LLMSLO_FLEET_WARMUP", "60"))
+    quiet = float(os.environ.get("LLMSLO_FLEET_QUIET_SECONDS", "90"))
     prometheus = shutil.which("prometheus")
     if prometheus is None and os.environ.get("CI") == "true":
         pytest.fail("prometheus is not installed (apt-get install prometheus)")
@@ -293,6 +299,21 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
                 return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
             rss: list[float] = [ours_rss()]
+            # first the collector alone: nobody reads llmslo (Prometheus serves no reader either),
+            # so its CPU is the scraping and the derived views, evaluation and drift every pass
+            q_ours, q_prom, q_ok = ours_cpu(), cpu_seconds(prom.pid) if prometheus else 0.0, ours_scrapes()[0]
+            q_ps, q_t0 = prometheus_scrapes(prom_base) if prometheus else 0.0, time.monotonic()
+            while time.monotonic() - q_t0 < quiet:
+                time.sleep(min(13.0, quiet - (time.monotonic() - q_t0)))
+                rss.append(ours_rss())
+            quiet_elapsed = time.monotonic() - q_t0
+            quiet_done = ours_scrapes()[0] - q_ok
+            quiet_ms = (ours_cpu() - q_ours) / max(quiet_done, 1) * 1000
+            quiet_prom_ms = float("nan")
+            if prometheus:
+                quiet_prom_ms = (cpu_seconds(prom.pid) - q_prom) / max(prometheus_scrapes(prom_base) - q_ps, 1) * 1000
+            each.clear()
+            # then with readers: the same, plus /metrics and the fleet view fetched as below
             c0, p0 = ours_cpu(), cpu_seconds(prom.pid) if prometheus else 0.0
             ok0, _ = ours_scrapes()
             ps0 = prometheus_scrapes(prom_base) if prometheus else 0.0
@@ -345,6 +366,9 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
         f"\nFLEET {n} targets, {db}, {shards} collector(s), {elapsed:.0f} s measured after {warmup:.0f} s warm-up"
         f" (switch interval {os.environ.get('LLMSLO_FLEET_SWITCH', 'default')};"
         f" Prometheus {'with the generated rules' if with_rules else 'scraping only'})\n"
+        f"  no reader, {quiet_elapsed:.0f} s before: llmslo {quiet_done:.0f} scrapes, {quiet_ms:.2f} ms per scrape; "
+        f"prometheus {quiet_prom_ms:.2f} ms per scrape; ratio {quiet_ms / quiet_prom_ms:.2f}x\n"
+        f"  with readers (/metrics and the fleet view, below), {elapsed:.0f} s:\n"
         f"  llmslo:     {done:.0f}/{expected:.0f} scrapes ({done / expected:.1%}), {failed:.0f} failed in total, "
         f"CPU {c1 - c0:.1f} s = {(c1 - c0) / elapsed:.0%} of a core, {ours_ms:.2f} ms per scrape\n"
         f"  prometheus: {prom_done:.0f}/{expected:.0f} scrapes, CPU {p1 - p0:.1f} s = {(p1 - p0) / elapsed:.0%} "

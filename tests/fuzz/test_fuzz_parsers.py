@@ -128,6 +128,7 @@ def _scan_both(first: str, second: str) -> tuple[object, object]:
 
     cache: expfmt.SeriesCache[object] = expfmt.SeriesCache()
     run(first, cache)
+    run(first, cache)  # the C scan of a known body: `second` is then read against its layout
     warm = dict(cache.entries)
     fast = run(second, cache)
     built, expfmt._expscan = expfmt._expscan, None  # type: ignore[assignment]
@@ -164,9 +165,10 @@ def test_the_c_scan_takes_a_steady_vllm_scrape_and_hands_over_a_new_series() -> 
     body = render(FAMILIES["0.33"], {("m", "0"): workload(3)})
     cache: expfmt.SeriesCache[object] = expfmt.SeriesCache()
     expfmt.scan(body, expfmt.TEXT_FORMAT, cache, lambda name, labels, line: name)
-    assert expfmt._expscan.scan(body, cache.entries, 0, lambda line, n: None, {}, {}) is not None  # the steady state
+    steady = expfmt._expscan.scan(body, cache.entries, 0, lambda line, n: None, {}, {}, [])
+    assert steady is not None  # the steady state
     grown = body + 'vllm:num_requests_running{model_name="new"} 1\n'
-    assert expfmt._expscan.scan(grown, cache.entries, 0, lambda line, n: None, {}, {}) is None  # a new series
+    assert expfmt._expscan.scan(grown, cache.entries, 0, lambda line, n: None, {}, {}, []) is None  # a new series
     fast, plain = _scan_both(body, grown)
     assert fast == plain
 

@@ -165,3 +165,52 @@ def test_a_remembered_type_line_sent_twice_is_still_an_error_naming_its_line() -
     assert bad.value.line == 4 and "malformed TYPE line" in str(bad.value)
     assert "# TYPE b_total sideways" not in cache.comments
     assert parse(body, cache=cache).types == {"a_total": "counter"}  # the cache still serves
+
+
+def test_a_body_that_follows_the_last_ones_layout_is_read_against_it() -> None:
+    """Scrape after scrape a server sends the same lines with new values: the C scan reads such a
+    body against the layout of the last one (no prefix lookups: it answers even with the series
+    cache emptied) and gives what the Python scanner gives; any other body is scanned line by line
+    again (a new line, a duplicate, a timestamp, a value with '_', lines in another order)."""
+    from collector.sources import _expscan  # type: ignore[attr-defined]
+
+    _c_scanner()
+    text = public_sample_section(1)
+    cache: SeriesCache[tuple[str, tuple[tuple[str, str], ...]] | None] = SeriesCache()
+    parse(text, cache=cache)  # new series: the Python scanner
+    assert cache.layout == []
+    parse(text, cache=cache)  # the C scan: it keeps the layout
+    lines = [line for line in text.split("\n") if line]
+    heads = [line if line[0] == "#" else line.rsplit(" ", 1)[0] for line in lines]
+    assert [entry[0] for entry in cache.layout] == heads
+    assert len(cache.layout) == len(lines)
+    moved = text.replace(" 66.0", " 67.0")
+    want = parse(moved)  # a cold parse by the Python scanner
+
+    def c_scan(body: str, limit: int = 0) -> tuple[object, dict[str, str]]:
+        types: dict[str, str] = {}
+        out = _expscan.scan(body, {}, limit, lambda line, n: None, {}, types, list(cache.layout))
+        return out, types
+
+    out, types = c_scan(moved)  # no series cache at all: only the layout can answer
+    assert out is not None and types == want.types
+    got = parse(moved, cache=cache)
+    assert [(s.name, s.labels, s.value, s.line) for s in got.samples] == [
+        (s.name, s.labels, s.value, s.line) for s in want.samples
+    ]
+    sample = next(line for line in lines if not line.startswith("#"))
+    prefix = sample.rsplit(" ", 1)[0]
+    for changed in (
+        text + sample + "\n",  # a duplicate series
+        text.replace(sample, f"{sample} 1700000000000"),  # a timestamp
+        text.replace(sample, f"{prefix} 1_0"),  # float() takes 1_0, exposition does not
+        "\n".join(reversed(text.split("\n"))),  # the same lines in another order
+    ):
+        assert c_scan(changed)[0] is None, changed[:80]  # scanned line by line: no cache, no answer
+    assert c_scan(moved, limit=10)[0] is None  # more samples than the limit
+    with pytest.raises(ExpositionError) as err:
+        parse(text + sample + "\n", cache=cache)
+    assert "duplicate series" in str(err.value)
+    assert cache.layout == []  # the C scan gave up on that body: no layout until the next one it reads
+    parse(text, cache=cache)
+    assert len(cache.layout) == len(lines)
