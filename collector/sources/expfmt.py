@@ -79,6 +79,10 @@ class SeriesCache(Generic[T]):
     comments: dict[str, tuple[str, str] | None] = field(default_factory=dict)
     # the lines of the last body the C scan read, for the next one to be read against (_expscan.c)
     layout: list[tuple[str, object]] = field(default_factory=list)
+    # the sample names whose declared TYPE a reader checked, and the TYPE lines it checked them
+    # against: a body with the same TYPE lines needs no check again (collector/sources/vllm.py)
+    checked: set[str] = field(default_factory=set)
+    checked_types: dict[str, str] = field(default_factory=dict)
 
     def put(self, key: str, value: T) -> None:
         if len(self.entries) >= self.max_entries:

@@ -268,13 +268,19 @@ def read_scrape(
     fmt = detect_format(content_type)
     text = decode_body(body) if isinstance(body, bytes) else body
     resolver = _resolver(default_model, label_value_length_limit)
-    slots, types = scan(text, fmt, cache if cache is not None else new_cache(), resolver, sample_limit)
+    if cache is None:
+        cache = new_cache()
+    slots, types = scan(text, fmt, cache, resolver, sample_limit)
     scalars: dict[tuple[SeriesKey, int, str], float] = {}
     hists: dict[tuple[SeriesKey, int, str], _HistBuilder] = {}
     process_start: float | None = None
     created: float | None = None
     n_created = 0
-    checked: set[str] = set()
+    # the sample names whose TYPE is checked: those of an earlier body with the same TYPE lines
+    # are (a check reads only the TYPE lines and the name); names are added as they pass
+    if types != cache.checked_types:
+        cache.checked, cache.checked_types = set(), types
+    checked = cache.checked
     for slot, value, line, _key in slots:
         part = slot.part
         if part == _PART_CREATED:

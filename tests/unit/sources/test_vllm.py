@@ -148,10 +148,18 @@ def test_the_cache_does_not_change_results() -> None:
         (lambda t: t.replace('le="0.5"', 'le="half"'), "is not a number"),
     ],
 )
-def test_unusable_values_are_errors_that_name_the_line(mutate, fragment: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("warm", [False, True])
+def test_unusable_values_are_errors_that_name_the_line(mutate, fragment: str, warm: bool) -> None:  # type: ignore[no-untyped-def]
+    """Also from a target whose good bodies came before (`warm`): its series, comment lines,
+    last layout and TYPE checks are remembered (collector/sources/_expscan.c), and the bad body
+    is still refused, naming the same line."""
     text = mutate(scrape_of("0.33"))
+    cache = new_cache()
+    if warm:
+        for load in (1, 2, 3):  # the Python scan, then the C scan line by line, then against the layout
+            read_scrape(scrape_of("0.33", workload(load)), cache=cache)
     with pytest.raises(ExpositionError) as info:
-        read_scrape(text)
+        read_scrape(text, cache=cache)
     assert fragment in str(info.value)
     assert info.value.line is not None and info.value.line > 0
     assert text.split("\n")[info.value.line - 1].startswith(("vllm:", "# "))
