@@ -65,10 +65,8 @@ def sliding_cells(
         for scrape in scrapes:
             if not since < scrape.unix <= now_unix:
                 continue
-            for ident, cell in scrape.cells.items():
+            for ident, cell in scrape.cells.items() if histograms else scrape.scalars:
                 if model is not None and ident.key.model != model:
-                    continue
-                if not histograms and ident.kind is Kind.HISTOGRAM:
                     continue
                 have = merged.get(ident)
                 if have is None:

@@ -33,7 +33,7 @@ from collector.sources.dcgm import read_dcgm
 from collector.sources.expfmt import ExpositionError
 from collector.sources.httpget import FetchError
 from collector.sources.httpget import Target as HttpTarget
-from collector.sources.vllm import EngineSnapshot, SeriesKey, SlotCache, new_cache, read_scrape
+from collector.sources.vllm import EngineSnapshot, Kind, SeriesKey, SlotCache, new_cache, read_scrape
 from collector.store.committer import GroupCommitter
 from collector.store.repository import OpenMinute, ScrapeCommit, Store, merge_in_memory
 
@@ -86,11 +86,19 @@ class TargetStatus:
 
 
 class RecentScrape(NamedTuple):
-    """One committed scrape's deltas, kept in memory for the sliding short windows."""
+    """One committed scrape's deltas, kept in memory for the sliding short windows; `scalars`
+    are its counters' and gauges' (what each derive pass merges, without the histograms: those
+    are summed per business type as scrapes commit, collector/analytics/histsums.py)."""
 
     unix: float
     cells: dict[SeriesIdent, Cell]
     units: dict[SeriesKey, str]
+    scalars: tuple[tuple[SeriesIdent, Cell], ...] = ()
+
+    @classmethod
+    def of(cls, unix: float, cells: dict[SeriesIdent, Cell], units: dict[SeriesKey, str]) -> RecentScrape:
+        scalars = tuple((ident, cell) for ident, cell in cells.items() if ident.kind is not Kind.HISTOGRAM)
+        return cls(unix, cells, units, scalars)
 
 
 @dataclass(slots=True)
@@ -368,7 +376,7 @@ class TargetScraper:
             self._chosen = {}
         self.units = item.units
         self.tracker.commit(deltas, now)
-        self._remember(RecentScrape(now, deltas.cells, item.units))
+        self._remember(RecentScrape.of(now, deltas.cells, item.units))
         if self.on_commit is not None:
             self.on_commit(self.target.name, item)
         status = self.status
