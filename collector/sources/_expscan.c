@@ -1,8 +1,8 @@
 /*
  * _expscan: the steady-state scrape of a text exposition (0.0.4) body, in C.
  *
- * scan(text, entries, sample_limit, comment, comments, types) walks the lines of `text` exactly
- * as collector/sources/expfmt.py: scan() does when every sample line is `prefix value` with a
+ * scan(text, entries, sample_limit, comment, comments, types, layout) walks the lines of `text`
+ * exactly as collector/sources/expfmt.py: scan() does when every sample line is `prefix value` with a
  * prefix already in `entries` (the target's series cache, filled by earlier scrapes): it returns
  * the list of (entries[prefix], float(value), line number, prefix) of the lines whose entry is
  * not None. A line starting with '#' that is a key of `comments` (the target's comment lines the
