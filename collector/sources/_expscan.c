@@ -29,22 +29,27 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* A comment line the Python parser accepted before: 1 when done here (nothing to add, or its TYPE
- * set in `types`), 0 when the Python parser must see it (new, or a second TYPE for a family),
- * -1 on a Python error. */
-static int remembered(PyObject *line, PyObject *comments, PyObject *types) {
-    PyObject *seen = PyDict_GetItemWithError(comments, line); /* borrowed */
-    if (seen == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    if (seen == Py_None)
+/* Apply what the memo holds for an accepted comment line (None, or a TYPE line's (family, type)):
+ * 1 when done (nothing to add, or the type set in `types`), 0 when the Python parser must see the
+ * line (a second TYPE for a family, which it names), -1 on a Python error. */
+static int declare(PyObject *what, PyObject *types) {
+    if (what == Py_None)
         return 1;
-    if (!PyTuple_Check(seen) || PyTuple_GET_SIZE(seen) != 2)
+    if (!PyTuple_Check(what) || PyTuple_GET_SIZE(what) != 2)
         return 0;
-    PyObject *family = PyTuple_GET_ITEM(seen, 0), *kind = PyTuple_GET_ITEM(seen, 1);
+    PyObject *family = PyTuple_GET_ITEM(what, 0), *kind = PyTuple_GET_ITEM(what, 1);
     int twice = PyDict_Contains(types, family);
     if (twice != 0)
-        return twice < 0 ? -1 : 0; /* the parser names the second TYPE line */
+        return twice < 0 ? -1 : 0;
     return PyDict_SetItem(types, family, kind) < 0 ? -1 : 1;
+}
+
+/* A comment line the Python parser accepted before (`declare`); 0 as well for a new line. */
+static int remembered(PyObject *line, PyObject *comments, PyObject *types) {
+    PyObject *what = PyDict_GetItemWithError(comments, line); /* borrowed */
+    if (what == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    return declare(what, types);
 }
 
 /* Read `text` against `layout` into `out` (see the file's comment): 1 when it follows the layout,
@@ -75,16 +80,9 @@ static int follow(PyObject *text, PyObject *layout, Py_ssize_t sample_limit, PyO
                 Py_ssize_t same = PyUnicode_Tailmatch(text, expected, start, end, -1);
                 if (same != 1)
                     return same < 0 ? -1 : 0;
-                if (what != Py_None) { /* a TYPE line: (family, type) */
-                    if (!PyTuple_Check(what) || PyTuple_GET_SIZE(what) != 2)
-                        return 0;
-                    PyObject *family = PyTuple_GET_ITEM(what, 0);
-                    int twice = PyDict_Contains(types, family);
-                    if (twice != 0)
-                        return twice < 0 ? -1 : 0;
-                    if (PyDict_SetItem(types, family, PyTuple_GET_ITEM(what, 1)) < 0)
-                        return -1;
-                }
+                int declared = declare(what, types);
+                if (declared != 1)
+                    return declared;
                 start = end + 1;
                 continue;
             }

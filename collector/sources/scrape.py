@@ -93,7 +93,7 @@ class RecentScrape(NamedTuple):
     unix: float
     cells: dict[SeriesIdent, Cell]
     units: dict[SeriesKey, str]
-    scalars: tuple[tuple[SeriesIdent, Cell], ...] = ()
+    scalars: tuple[tuple[SeriesIdent, Cell], ...]  # derived from `cells`: made by `of`
 
     @classmethod
     def of(cls, unix: float, cells: dict[SeriesIdent, Cell], units: dict[SeriesKey, str]) -> RecentScrape:
