@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from math import nan
 
 from collector.analytics.running import ClosedView
 from collector.rollup import Cell, SeriesCell, SeriesIdent
-from collector.sources.scrape import RecentScrape, TargetScraper
+from collector.sources.scrape import RecentScrape, ScalarLayout, TargetScraper
 from collector.sources.vllm import Kind, SeriesKey
 
 Recent = list[tuple[str, list[RecentScrape]]]  # per target, its recent scrapes
@@ -61,10 +62,15 @@ def sliding_cells(
     for name, scrapes in recent:
         if target is not None and name != target:
             continue
+        inside = [scrape for scrape in scrapes if since < scrape.unix <= now_unix]
+        if not inside:
+            continue
+        layout = inside[0].layout
+        if not histograms and model is None and layout is not None and all(s.layout is layout for s in inside):
+            out.extend(_merged_columns(name, layout, inside))
+            continue
         merged: dict[SeriesIdent, SeriesCell] = {}
-        for scrape in scrapes:
-            if not since < scrape.unix <= now_unix:
-                continue
+        for scrape in inside:
             for ident, cell in scrape.cells.items() if histograms else scrape.scalars:
                 if model is not None and ident.key.model != model:
                     continue
@@ -74,6 +80,28 @@ def sliding_cells(
                 else:
                     have.cell.merge(cell)
         out.extend(merged.values())
+    return out
+
+
+def _merged_columns(name: str, layout: ScalarLayout, inside: list[RecentScrape]) -> list[SeriesCell]:
+    """The scalar cells of one target's scrapes that share `layout`, merged column by column:
+    the same figures, added in the same order, as `Cell.merge` of each scrape's cells (sums of
+    the deltas and samples, the gauges' extremes and last sample, the scrapes' observed time)."""
+    observed = sum(s.observed for s in inside)
+    last_unix = max(s.last_unix for s in inside)
+    columns = list(zip(*(s.values for s in inside), strict=True))
+    units = inside[0].units
+    n = len(inside)
+    gauges = set(layout.gauges)
+    out: list[SeriesCell] = []
+    for i, ident in enumerate(layout.idents):
+        column = columns[i]
+        if i in gauges:
+            low, high, last = min(column), max(column), column[-1]
+            cell = Cell(Kind.GAUGE, 0.0, sum(column), None, low, high, last, n, observed, last_unix)
+        else:
+            cell = Cell(Kind.COUNTER, sum(column), 0.0, None, nan, nan, nan, 0, observed, last_unix)
+        out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
     return out
 
 

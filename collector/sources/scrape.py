@@ -85,20 +85,73 @@ class TargetStatus:
     models: tuple[str, ...] = ()
 
 
+class ScalarLayout(NamedTuple):
+    """The counters and gauges of one scrape in order (shared by a target's scrapes while its
+    series stay the same), and which of them are gauges."""
+
+    idents: tuple[SeriesIdent, ...]
+    gauges: tuple[int, ...]
+
+
 class RecentScrape(NamedTuple):
     """One committed scrape's deltas, kept in memory for the sliding short windows; `scalars`
     are its counters' and gauges' (what each derive pass merges, without the histograms: those
-    are summed per business type as scrapes commit, collector/analytics/histsums.py)."""
+    are summed per business type as scrapes commit, collector/analytics/histsums.py).
+
+    The scalars are also kept as columns: `layout` (the same object in each scrape of a target
+    whose series did not change) and one value per series (a counter's delta, a gauge's sample),
+    all covering `observed` seconds up to `last_unix`. A window whose scrapes share one layout
+    merges them column by column (collector/windowcells.py), with the results of a merge of the
+    cells; `layout` is None where a cell is not such a fresh scrape's (then the cells are merged)."""
 
     unix: float
     cells: dict[SeriesIdent, Cell]
     units: dict[SeriesKey, str]
     scalars: tuple[tuple[SeriesIdent, Cell], ...]  # derived from `cells`: made by `of`
+    layout: ScalarLayout | None
+    values: tuple[float, ...]
+    observed: float
+    last_unix: float
 
     @classmethod
-    def of(cls, unix: float, cells: dict[SeriesIdent, Cell], units: dict[SeriesKey, str]) -> RecentScrape:
+    def of(
+        cls,
+        unix: float,
+        cells: dict[SeriesIdent, Cell],
+        units: dict[SeriesKey, str],
+        previous: RecentScrape | None = None,
+    ) -> RecentScrape:
+        """`previous`: the target's scrape before, whose layout this one shares if it can."""
         scalars = tuple((ident, cell) for ident, cell in cells.items() if ident.kind is not Kind.HISTOGRAM)
-        return cls(unix, cells, units, scalars)
+        layout, values, observed, last_unix = _columns(scalars, previous.layout if previous is not None else None)
+        return cls(unix, cells, units, scalars, layout, values, observed, last_unix)
+
+
+def _columns(
+    scalars: tuple[tuple[SeriesIdent, Cell], ...], last: ScalarLayout | None
+) -> tuple[ScalarLayout | None, tuple[float, ...], float, float]:
+    """(layout, values, observed, last_unix) of one scrape's scalar cells; no layout when a cell
+    is not one scrape's delta or sample as `DeltaTracker.observe` makes them."""
+    if not scalars:
+        return None, (), 0.0, 0.0
+    first = scalars[0][1]
+    observed, at = first.observed_seconds, first.last_unix
+    values: list[float] = []
+    for ident, cell in scalars:
+        if cell.observed_seconds != observed or cell.last_unix != at or cell.kind is not ident.kind:
+            return None, (), 0.0, 0.0
+        if cell.kind is Kind.GAUGE:
+            if not (cell.n == 1 and cell.value == 0.0 and cell.gmin == cell.gmax == cell.glast == cell.sum):
+                return None, (), 0.0, 0.0  # (a NaN sample too: never equal)
+            values.append(cell.glast)
+        elif cell.n == 0 and cell.sum == 0.0 and cell.buckets is None:
+            values.append(cell.value)
+        else:
+            return None, (), 0.0, 0.0
+    idents = tuple(ident for ident, _ in scalars)
+    if last is None or last.idents != idents:
+        last = ScalarLayout(idents, tuple(i for i, ident in enumerate(idents) if ident.kind is Kind.GAUGE))
+    return last, tuple(values), observed, at
 
 
 @dataclass(slots=True)
@@ -376,7 +429,7 @@ class TargetScraper:
             self._chosen = {}
         self.units = item.units
         self.tracker.commit(deltas, now)
-        self._remember(RecentScrape.of(now, deltas.cells, item.units))
+        self._remember(RecentScrape.of(now, deltas.cells, item.units, self.recent[-1] if self.recent else None))
         if self.on_commit is not None:
             self.on_commit(self.target.name, item)
         status = self.status
