@@ -221,11 +221,13 @@ class DeltaTracker:
                     buckets, count, total = list(cur), point.count, point.sum
                 else:
                     buckets, count, total = [0.0] * len(cur), 0.0, 0.0
-            elif point.count < prev.value or any(c < p for c, p in zip(cur, prev.buckets, strict=True)):
+            elif len(cur) != len(prev.buckets):
+                raise ValueError(f"{key.metric}: {len(cur)} buckets after {len(prev.buckets)} in the same layout")
+            elif point.count < prev.value or any(map(operator.lt, cur, prev.buckets)):  # map: per bucket in C
                 buckets, count, total = list(cur), point.count, point.sum
                 resets += 1
             else:
-                buckets = [c - p for c, p in zip(cur, prev.buckets, strict=True)]
+                buckets = list(map(operator.sub, cur, prev.buckets))
                 count, total = point.count - prev.value, point.sum - prev.sum
             cells[ident] = cell = Cell(Kind.HISTOGRAM, value=count, sum=total, buckets=buckets, last_unix=now_unix)
             counter_cells.append(cell)

@@ -55,6 +55,22 @@ def test_a_restarted_server_gives_the_new_value_never_a_negative_delta() -> None
     assert deltas.resets >= 2
 
 
+def test_a_histogram_whose_count_holds_but_a_bucket_went_down_was_reset() -> None:
+    """A restart between scrapes that saw as many requests again, but faster ones: the count is
+    back where it was, one bucket lower. Its delta is the new histogram, never a negative bucket."""
+    tracker = DeltaTracker()
+    first = snap(workload(1))
+    tracker.commit(tracker.observe(first, 1000.0), 1000.0)
+    second = snap(workload(1))
+    point = second.histograms[ttft_ident().key]
+    low = next(i for i, c in enumerate(point.cumulative) if c > 0)
+    point.cumulative[low] -= 1  # one request moved up a bucket: the count holds
+    deltas = tracker.observe(second, 1015.0)
+    ttft = deltas.cells[ttft_ident()]
+    assert ttft.buckets == point.cumulative and ttft.value == point.count
+    assert deltas.resets >= 1
+
+
 def test_observe_does_not_change_state_until_commit() -> None:
     tracker = DeltaTracker()
     tracker.commit(tracker.observe(snap(workload(1)), 1000.0), 1000.0)
