@@ -83,6 +83,9 @@ class SeriesCache(Generic[T]):
     # against: a body with the same TYPE lines needs no check again (collector/sources/vllm.py)
     checked: set[str] = field(default_factory=set)
     checked_types: dict[str, str] = field(default_factory=dict)
+    # what a reader made of the last body's samples, to apply to a body with the same samples in
+    # the same order (collector/sources/vllm.py: _Plan); None: no such plan
+    plan: object | None = None
 
     def put(self, key: str, value: T) -> None:
         if len(self.entries) >= self.max_entries:

@@ -154,6 +154,44 @@ def test_the_c_scan_of_a_known_target_gives_what_the_python_scan_gives(first: st
     assert fast == plain
 
 
+def _read_or_error(text: str, cache: object = None) -> object:
+    try:
+        return repr(read_scrape(text, cache=cache))  # type: ignore[arg-type]
+    except ExpositionError as e:
+        # the reason and the line (a known series' line with no value is "invalid sample value ''"
+        # from the warm scan and "missing value" from a first reading: both name the line)
+        return (e.reason, e.line)
+
+
+@FUZZ
+@given(
+    st.sampled_from(["0.6", "0.8", "0.10", "0.11", "0.33"]),
+    st.lists(st.tuples(st.integers(0, 400), VALUES), max_size=6),
+)
+def test_a_warm_vllm_target_reads_any_values_as_a_cold_one(version: str, changes: list[tuple[int, object]]) -> None:
+    """A target whose plan was made (collector/sources/vllm.py: _Plan) gets its body with some
+    sample values replaced by anything (NaN, infinities, negatives, huge, not numbers): the same
+    snapshot, or the same error on the same line, as a target reading that body first."""
+    from tests.vllm_fixtures import FAMILIES, render, workload
+
+    def body(load: int) -> str:
+        return render(FAMILIES[version], {("m", "0"): workload(load)})
+
+    from collector.sources.vllm import new_cache
+
+    cache = new_cache()
+    for load in (1, 2, 3):
+        read_scrape(body(load), cache=cache)
+    lines = body(4).split("\n")
+    samples = [i for i, line in enumerate(lines) if line and not line.startswith("#")]
+    for pick, value in changes:
+        i = samples[pick % len(samples)]
+        lines[i] = lines[i].rsplit(" ", 1)[0] + " " + str(value)
+    text = "\n".join(lines)
+    assert _read_or_error(text, cache) == _read_or_error(text)
+    assert _read_or_error(body(5), cache) == _read_or_error(body(5))  # and nothing changed after it
+
+
 def test_the_c_scan_takes_a_steady_vllm_scrape_and_hands_over_a_new_series() -> None:
     from collector.sources import expfmt
     from tests.vllm_fixtures import FAMILIES, render, workload
