@@ -22,7 +22,7 @@ from collector import conventions as conv
 from collector import gcpolicy
 from collector.analytics.histsums import Fold, OpenHistograms, SlidingHistograms
 from collector.analytics.running import RunningWindows
-from collector.analytics.serving import LazyGroups, ServingReport, build_report, build_report_from_sums
+from collector.analytics.serving import LazyGroups, ServingReport, TypeScalars, build_report, build_report_from_sums
 from collector.cluster import FLEET, Cluster
 from collector.config import Settings, TargetConfig
 from collector.cost.allocation import (
@@ -76,7 +76,17 @@ from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.service import TraceIngest
 from collector.traces.store import compact_requests, expire_span_ids, first_request_unix, read_requests
 from collector.traces.summary import RequestSummary, summarize
-from collector.windowcells import Kept, PassView, add_open, open_cells, open_of, recent_of, sliding_cells
+from collector.windowcells import (
+    Kept,
+    PassView,
+    add_open,
+    open_cells,
+    open_of,
+    recent_of,
+    reduce_sliding,
+    reduce_window,
+    sliding_cells,
+)
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -517,7 +527,8 @@ class Runtime:
             sums = self.sliding_histograms.sums(w, now_unix)
             if sums is None:
                 return None
-            scalars = sliding_cells(seen.recent, now_unix, w, histograms=False)
+            scalars = TypeScalars(self.business_type_of)
+            reduce_sliding(scalars, seen.recent, now_unix, w)
         else:
             closed_sums = self.running.closed_histograms(w, now_unix)
             closed = seen.closed.get(int(w))
@@ -528,9 +539,8 @@ class Runtime:
             if open_sums is None:
                 return None
             sums.plus(open_sums)
-            merged = closed.copies_by_ref(histograms=False)
-            add_open(merged, seen.open, closed.closed_end, histograms=False)
-            scalars = list(merged.values())
+            scalars = TypeScalars(self.business_type_of)
+            reduce_window(scalars, closed.scalars(), seen.open, closed.closed_end)
         start, end = self.window_span(w, now_unix)
         return build_report_from_sums(
             scalars,

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from math import nan
 
-from collector.analytics.running import ClosedView
+from collector.analytics.running import ClosedView, SeriesRef
+from collector.analytics.serving import TypeScalars
 from collector.rollup import Cell, SeriesCell, SeriesIdent
+from collector.sources.dcgm import is_gpu_metric
 from collector.sources.scrape import RecentScrape, ScalarLayout, TargetScraper
 from collector.sources.vllm import Kind, SeriesKey
 
@@ -91,18 +93,52 @@ def _merged_columns(name: str, layout: ScalarLayout, inside: list[RecentScrape])
     last_unix = max(s.last_unix for s in inside)
     columns = list(zip(*(s.values for s in inside), strict=True))
     units = inside[0].units
-    n = len(inside)
     gauges = set(layout.gauges)
     out: list[SeriesCell] = []
     for i, ident in enumerate(layout.idents):
         column = columns[i]
         if i in gauges:
-            low, high, last = min(column), max(column), column[-1]
-            cell = Cell(Kind.GAUGE, 0.0, sum(column), None, low, high, last, n, observed, last_unix)
+            cell = _gauge_cell(column, observed, last_unix)
         else:
             cell = Cell(Kind.COUNTER, sum(column), 0.0, None, nan, nan, nan, 0, observed, last_unix)
         out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
     return out
+
+
+def _gauge_cell(column: tuple[float, ...], observed: float, last_unix: float) -> Cell:
+    """A gauge's samples of one scrape each, merged as `Cell.merge` merges them."""
+    return Cell(
+        Kind.GAUGE, 0.0, sum(column), None, min(column), max(column), column[-1], len(column), observed, last_unix
+    )
+
+
+def reduce_sliding(into: TypeScalars, recent: Recent, now_unix: float, window_seconds: float) -> None:
+    """Reduce a sliding window's counters and gauges into `into`: `sliding_cells(...,
+    histograms=False)` of every target, but a target whose scrapes share one layout adds each
+    counter column's sum and observed time without a cell (and its gauges as merged cells)."""
+    since = now_unix - window_seconds
+    for name, scrapes in recent:
+        inside = [scrape for scrape in scrapes if since < scrape.unix <= now_unix]
+        if not inside:
+            continue
+        layout = inside[0].layout
+        if layout is None or any(s.layout is not layout for s in inside):
+            into.add_cells(sliding_cells([(name, inside)], now_unix, window_seconds, histograms=False))
+            continue
+        observed = sum(s.observed for s in inside)
+        last_unix = max(s.last_unix for s in inside)
+        columns = list(zip(*(s.values for s in inside), strict=True))
+        units = inside[0].units
+        gauges = set(layout.gauges)
+        for i, ident in enumerate(layout.idents):
+            metric = ident.key.metric
+            if is_gpu_metric(metric):
+                continue
+            scope = into.scope(name, ident.key.model)
+            if i in gauges:
+                scope.add_gauge(metric, units.get(ident.key, ""), _gauge_cell(columns[i], observed, last_unix))
+            else:
+                scope.add_counter(name, ident, units.get(ident.key, ""), sum(columns[i]), observed)
 
 
 def _open_items(
@@ -150,3 +186,45 @@ def add_open(
             into[(name, ident)] = SeriesCell(name, ident, units.get(ident.key, ""), cell.copy())
         else:
             have.cell.merge(cell)
+
+
+def reduce_window(into: TypeScalars, closed: dict[SeriesRef, SeriesCell], kept: Kept, from_minute: int) -> None:
+    """Reduce a long window's counters and gauges into `into`: each series' closed cell (from
+    `ClosedView.scalars`; histograms are skipped) merged with its kept open cells from
+    `from_minute` on, as `add_open` merges them into copies, without a copy or a series cell
+    per series (a counter adds its values and observed time; only gauges merge cells)."""
+    opened: dict[SeriesRef, tuple[dict[SeriesKey, str], list[Cell]]] = {}
+    for name, ident, units, cell in _open_items(kept, from_minute, None, None, histograms=False):
+        have = opened.get((name, ident))
+        if have is None:
+            opened[(name, ident)] = (units, [cell])
+        else:
+            have[1].append(cell)
+    pop = opened.pop
+    for ref, sc in closed.items():
+        ident = sc.ident
+        kind = ident.kind
+        if kind is Kind.HISTOGRAM or is_gpu_metric(ident.key.metric):
+            continue
+        scope = into.scope(sc.target, ident.key.model)
+        more = pop(ref, None)
+        if more is None:
+            scope.add(sc.target, ident, sc.unit, sc.cell)
+        elif kind is Kind.COUNTER:
+            value, observed = sc.cell.value, sc.cell.observed_seconds
+            for cell in more[1]:
+                value += cell.value
+                observed += cell.observed_seconds
+            scope.add_counter(sc.target, ident, sc.unit, value, observed)
+        else:
+            merged = sc.cell.copy()
+            for cell in more[1]:
+                merged.merge(cell)
+            scope.add_gauge(ident.key.metric, sc.unit, merged)
+    for (name, ident), (units, cells) in opened.items():  # series the closed minutes do not have
+        if is_gpu_metric(ident.key.metric):
+            continue
+        merged = cells[0].copy()
+        for cell in cells[1:]:
+            merged.merge(cell)
+        into.scope(name, ident.key.model).add(name, ident, units.get(ident.key, ""), merged)

@@ -297,6 +297,23 @@ class ClosedView(NamedTuple):
         """Copies of the window's closed cells (without `histograms`: counters and gauges)."""
         return list(self.copies_by_ref(histograms).values())
 
+    def scalars(self) -> dict[SeriesRef, SeriesCell]:
+        """The window's closed counters and gauges (and its histograms, left as they are: read
+        them from the sums), read only: the kept cells themselves, but new cells for the series
+        that the minute in grace changes (what `copies_by_ref` copies and changes)."""
+        if not self.oldest:
+            return self.cells
+        cells = dict(self.cells)  # histograms too (unchanged: the reader skips them)
+        remove(cells, (sc for sc in self.oldest if sc.ident.kind is not Kind.HISTOGRAM), in_place=False)
+        start = self.closed_end - self.span + MINUTE_SECONDS
+        for ref, minutes in self.gauges.items():
+            sc = cells.get(ref)
+            if sc is not None:
+                cell = sc.cell.copy()
+                _min_max(cell, minutes, start, self.closed_end)
+                cells[ref] = SeriesCell(sc.target, sc.ident, sc.unit, cell)
+        return cells
+
     def copies_by_ref(self, histograms: bool = True) -> dict[SeriesRef, SeriesCell]:
         """`copies`, keyed by (target, ident): what open minutes are merged into."""
         cells = {

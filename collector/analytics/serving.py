@@ -15,7 +15,7 @@ from typing import overload
 
 from collector.analytics.percentiles import QuantileEstimate, histogram_quantiles
 from collector.conventions import QUANTILES
-from collector.rollup import Cell, SeriesCell
+from collector.rollup import Cell, SeriesCell, SeriesIdent
 from collector.sources.dcgm import is_gpu_metric
 from collector.sources.vllm import Kind
 
@@ -67,42 +67,94 @@ class ServingStats:
     tpot_mean_estimate_seconds: float | None = None
 
 
-def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
-    """Serving metrics for any scope (one model of one target, or a whole business type)."""
-    cells = list(cells)
-    by_metric: dict[str, list[SeriesCell]] = defaultdict(list)  # one pass; each figure reads its metric
-    for sc in cells:
-        by_metric[sc.ident.key.metric].append(sc)
+class ScopeScalars:
+    """What `derive` reads of a scope's counters and gauges, reduced as it reads them: each
+    target's longest observed time (of its counter and histogram series: rates divide per
+    target), each counter metric's sum per target, request_success per finished reason, the
+    units of the prefix cache counters, and the gauge cells that saw a sample.
 
-    def of(metric: str) -> list[SeriesCell]:
-        return by_metric.get(metric, [])
+    `derive` reduces its cells with `add`; a derive pass reduces the merged scalars of a whole
+    business type without building a series cell per merge (`add_counter`, `add_gauge`)."""
 
-    observed_by_target: dict[str, float] = defaultdict(float)
-    for sc in cells:
-        if sc.ident.kind is not Kind.GAUGE:
-            observed_by_target[sc.target] = max(observed_by_target[sc.target], sc.cell.observed_seconds)
+    __slots__ = ("counters", "finished", "gauges", "observed", "units")
 
-    def total(metric: str) -> float | None:
-        found = [sc for sc in of(metric) if sc.ident.kind is Kind.COUNTER]
-        return sum(sc.cell.value for sc in found) if found else None
+    def __init__(self) -> None:
+        self.observed: dict[str, float] = {}
+        self.counters: dict[str, dict[str, float]] = {}  # metric -> target -> sum of its series
+        self.finished: dict[str, float] = {}
+        self.units: set[str] = set()
+        self.gauges: dict[str, list[Cell]] = {}
 
-    def rate(metric: str) -> float | None:
-        per_target: dict[str, float] = defaultdict(float)
-        found = False
-        for sc in of(metric):
-            if sc.ident.kind is Kind.COUNTER:
-                per_target[sc.target] += sc.cell.value
-                found = True
-        if not found:
+    def add(self, target: str, ident: SeriesIdent, unit: str, cell: Cell) -> None:
+        """One series' cell over the scope's window (any kind)."""
+        kind = ident.kind
+        if kind is Kind.GAUGE:
+            self.add_gauge(ident.key.metric, unit, cell)
+        elif kind is Kind.COUNTER:
+            self.add_counter(target, ident, unit, cell.value, cell.observed_seconds)
+        else:
+            self.note_observed(target, cell.observed_seconds)
+            if unit and ident.key.metric == "prefix_cache_queries":
+                self.units.add(unit)
+
+    def note_observed(self, target: str, seconds: float) -> None:
+        have = self.observed.get(target)
+        if have is None:
+            self.observed[target] = max(0.0, seconds)
+        elif seconds > have:
+            self.observed[target] = seconds
+
+    def add_counter(self, target: str, ident: SeriesIdent, unit: str, value: float, observed: float) -> None:
+        self.note_observed(target, observed)
+        metric = ident.key.metric
+        per_target = self.counters.get(metric)
+        if per_target is None:
+            per_target = self.counters[metric] = {}
+        per_target[target] = per_target.get(target, 0.0) + value
+        if metric == "request_success":
+            reason = dict(ident.key.labels).get("finished_reason", "unknown")
+            self.finished[reason] = self.finished.get(reason, 0.0) + value
+        elif unit and metric == "prefix_cache_queries":
+            self.units.add(unit)
+
+    def add_gauge(self, metric: str, unit: str, cell: Cell) -> None:
+        if unit and metric == "prefix_cache_queries":
+            self.units.add(unit)
+        if cell.n > 0:
+            self.gauges.setdefault(metric, []).append(cell)
+
+    def total(self, metric: str) -> float | None:
+        per_target = self.counters.get(metric)
+        return sum(per_target.values()) if per_target is not None else None
+
+    def rate(self, metric: str) -> float | None:
+        per_target = self.counters.get(metric)
+        if per_target is None:
             return None
-        rates = [v / observed_by_target[t] for t, v in per_target.items() if observed_by_target[t] > 0]
+        observed = self.observed
+        rates = [v / observed[t] for t, v in per_target.items() if observed[t] > 0]
         return sum(rates) if rates else None
 
-    finished: dict[str, float] = defaultdict(float)
-    for sc in of("request_success"):
-        if sc.ident.kind is Kind.COUNTER:
-            reason = dict(sc.ident.key.labels).get("finished_reason", "unknown")
-            finished[reason] += sc.cell.value
+
+def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
+    """Serving metrics for any scope (one model of one target, or a whole business type)."""
+    scalars = ScopeScalars()
+    histograms: dict[str, list[SeriesCell]] = defaultdict(list)  # each figure reads its metric
+    for sc in cells:
+        scalars.add(sc.target, sc.ident, sc.unit, sc.cell)
+        if sc.ident.kind is Kind.HISTOGRAM:
+            histograms[sc.ident.key.metric].append(sc)
+    return derive_scope(scalars, histograms, window_seconds)
+
+
+def derive_scope(scalars: ScopeScalars, histograms: dict[str, list[SeriesCell]], window_seconds: float) -> ServingStats:
+    """`derive` of a scope's reduced counters and gauges and its histogram cells by metric."""
+
+    def of(metric: str) -> list[SeriesCell]:
+        return histograms.get(metric, [])
+
+    total, rate = scalars.total, scalars.rate
+    finished = scalars.finished
     requests = sum(finished.values()) if finished else None
     error_ratio = None
     if requests:
@@ -110,10 +162,10 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
 
     queries, hits = total("prefix_cache_queries"), total("prefix_cache_hits")
     hit_ratio = hits / queries if queries and hits is not None else None
-    units = {sc.unit for sc in of("prefix_cache_queries") if sc.unit}
+    units = scalars.units
     if queries is None:
         # vLLM V0 (<= 0.8) only exposed a hit-rate gauge; its mean is the best there is.
-        v0 = _gauge(of("prefix_cache_hit_rate_v0"), combine_max=True)
+        v0 = _gauge(scalars.gauges.get("prefix_cache_hit_rate_v0", []), combine_max=True)
         if v0 is not None:
             hit_ratio, units = v0.mean, {"v0_gauge"}
 
@@ -137,9 +189,10 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
             )
         tpot_mean = _tpot_mean_estimate(of("decode"), total("generation_tokens"))
 
+    gauges = scalars.gauges
     return ServingStats(
         window_seconds=window_seconds,
-        observed_seconds=max(observed_by_target.values(), default=0.0),
+        observed_seconds=max(scalars.observed.values(), default=0.0),
         requests=requests,
         requests_per_second=rate("request_success"),
         finished=dict(finished),
@@ -153,9 +206,9 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
         prefix_cache_hits=hits,
         prefix_cache_hit_ratio=hit_ratio,
         prefix_cache_unit="/".join(sorted(units)),
-        kv_cache_usage=_gauge(of("kv_cache_usage"), combine_max=True),
-        requests_running=_gauge(of("requests_running"), combine_max=False),
-        requests_waiting=_gauge(of("requests_waiting"), combine_max=False),
+        kv_cache_usage=_gauge(gauges.get("kv_cache_usage", []), combine_max=True),
+        requests_running=_gauge(gauges.get("requests_running", []), combine_max=False),
+        requests_waiting=_gauge(gauges.get("requests_waiting", []), combine_max=False),
         latencies=latencies,
         lengths=lengths,
         tpot_mean_estimate_seconds=tpot_mean,
@@ -198,10 +251,10 @@ def _tpot_mean_estimate(decode_cells: list[SeriesCell], generation_tokens: float
     return decode_sum / tokens_after_first if tokens_after_first > 0 else None
 
 
-def _gauge(cells: list[SeriesCell], combine_max: bool) -> GaugeStats | None:
-    """Combine one gauge across series: counts (running, waiting) add up across targets and
-    models; fractions (KV usage) take the max, since a mean hides the saturated replica."""
-    found = [sc.cell for sc in cells if sc.ident.kind is Kind.GAUGE and sc.cell.n > 0]
+def _gauge(found: list[Cell], combine_max: bool) -> GaugeStats | None:
+    """Combine one gauge across series (the cells that saw a sample): counts (running,
+    waiting) add up across targets and models; fractions (KV usage) take the max, since a mean
+    hides the saturated replica."""
     if not found:
         return None
     if combine_max:
@@ -328,8 +381,43 @@ def build_report(
     return ServingReport(window_seconds, start_unix, end_unix, groups if lazy_groups else groups.resolve(), types)
 
 
+class TypeScalars:
+    """The reduced counters and gauges (ScopeScalars) of each business type of one window, as
+    a derive pass gathers them series by series, and how many (target, model) groups they
+    come from. DCGM GPU series belong to no business type (as in `place`): leave them out."""
+
+    __slots__ = ("_placed", "business_type_of", "types")
+
+    def __init__(self, business_type_of: Callable[[str, str], str | None]) -> None:
+        self.business_type_of = business_type_of
+        self.types: dict[str, ScopeScalars] = {}
+        self._placed: dict[tuple[str, str], ScopeScalars] = {}
+
+    def scope(self, target: str, model: str) -> ScopeScalars:
+        """The business type's scalars a series of `model` on `target` adds to."""
+        key = (target, model)
+        scope = self._placed.get(key)
+        if scope is None:
+            btype = self.business_type_of(target, model) or UNASSIGNED
+            scope = self.types.get(btype)
+            if scope is None:
+                scope = self.types[btype] = ScopeScalars()
+            self._placed[key] = scope
+        return scope
+
+    def add_cells(self, cells: Iterable[SeriesCell]) -> None:
+        """Series cells already merged over the window (a sliding window's)."""
+        for sc in cells:
+            if not is_gpu_metric(sc.ident.key.metric):
+                self.scope(sc.target, sc.ident.key.model).add(sc.target, sc.ident, sc.unit, sc.cell)
+
+    @property
+    def groups(self) -> int:
+        return len(self._placed)
+
+
 def build_report_from_sums(
-    scalars: Iterable[SeriesCell],
+    scalars: TypeScalars,
     histograms: dict[str, list[SeriesCell]],
     window_seconds: float,
     start_unix: int,
@@ -337,16 +425,20 @@ def build_report_from_sums(
     business_type_of: Callable[[str, str], str | None],
     all_cells: Callable[[], Iterable[SeriesCell]],
 ) -> ServingReport:
-    """The report of a derive pass from the window's counter and gauge cells and its histograms
-    already summed per business type (collector/analytics/histsums.py): the same business-type
-    figures as `build_report` of every cell; the (target, model) groups are derived from
-    `all_cells()` when first read."""
-    placed, by_type = place(scalars, business_type_of)
-    for btype, cells in histograms.items():
-        by_type[btype].extend(cells)
-    types = tuple(BusinessStats(bt, derive(members, window_seconds)) for bt, members in sorted(by_type.items()))
-    groups = LazyGroups([], window_seconds, load=lambda: place(all_cells(), business_type_of)[0], count=len(placed))
-    return ServingReport(window_seconds, start_unix, end_unix, groups, types)
+    """The report of a derive pass from the window's counters and gauges reduced per business
+    type and its histograms summed per business type (collector/analytics/histsums.py): the
+    same business-type figures as `build_report` of every cell; the (target, model) groups are
+    derived from `all_cells()` when first read."""
+    types = []
+    for btype in sorted(scalars.types.keys() | histograms.keys()):
+        scope = scalars.types.get(btype) or ScopeScalars()
+        by_metric: dict[str, list[SeriesCell]] = defaultdict(list)
+        for sc in histograms.get(btype, ()):
+            scope.add(sc.target, sc.ident, sc.unit, sc.cell)
+            by_metric[sc.ident.key.metric].append(sc)
+        types.append(BusinessStats(btype, derive_scope(scope, by_metric, window_seconds)))
+    groups = LazyGroups([], window_seconds, load=lambda: place(all_cells(), business_type_of)[0], count=scalars.groups)
+    return ServingReport(window_seconds, start_unix, end_unix, groups, tuple(types))
 
 
 def place(

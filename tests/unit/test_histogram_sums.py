@@ -2,8 +2,11 @@
 (collector/analytics/histsums.py) against a merge of every series, at every pass of a timeline a
 real fleet has: traffic changing, two vLLM versions with different bucket layouts in one business
 type, a model no configuration names, a target appearing late, a vLLM restart, an outage longer
-than the window, passes inside a minute's grace, and a collector restart in the middle of a
-minute (whose open minute the sums did not count: that pass merges the series instead)."""
+than the window, passes inside a minute's grace, a DCGM exporter (in no business type) that
+gains a GPU, and a collector restart in the middle of a minute (whose open minute the sums did
+not count: that pass merges the series instead). The pass's counters and gauges are reduced per
+business type without a merged cell per series (collector/windowcells.py: reduce_window,
+reduce_sliding); the groups' number is known before they are derived."""
 
 from __future__ import annotations
 
@@ -56,9 +59,22 @@ def settings_for(tmp_path: Path) -> Settings:
                 {"name": "old", "url": "http://127.0.0.1:1/old", "business_type": "chat"},
                 {"name": "b", "url": "http://127.0.0.1:1/b", "business_type": "batch"},
                 {"name": "nobody", "url": "http://127.0.0.1:1/n"},  # its model is in no rule
+                {"name": "gpu", "url": "http://127.0.0.1:1/g", "kind": "dcgm"},  # in no business type
             ],
         }
     )
+
+
+def dcgm_body(step: int) -> str:
+    """A DCGM exporter's scrape: a gauge and an energy counter that moves every scrape; a
+    second GPU shows up at step 120 (minute 30)."""
+    gpus = ("0", "1") if step >= 120 else ("0",)
+    util = "".join(f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",modelName="NVIDIA L40S"}} {step % 100}\n' for g in gpus)
+    energy = "".join(
+        f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="{g}",modelName="NVIDIA L40S"}} {1_000_000 + 5_000 * step}\n'
+        for g in gpus
+    )
+    return f"# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n{util}# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n{energy}"
 
 
 def business_types(report: Any) -> Any:
@@ -97,8 +113,9 @@ def test_business_types_from_the_sums_equal_a_merge_of_every_series(tmp_path: Pa
             if name == "a" and minute == 100 and t % 60 == 0:
                 servers["a"] = server = Server(rng, float(t - 3), "current", "llama", 4096)  # vLLM restart
             assert rt.scrapers[name].ingest(server.step(rng.randint(0, 8)), "text/plain", float(t))
+        assert rt.scrapers["gpu"].ingest(dcgm_body((t - T0) // 15), "text/plain", float(t))
         now = t + 3.0  # passes at seconds 3, 18, 33, 48: the first is inside the previous minute's grace
-        if minute % 5 == 0 or 25 <= minute <= 35 or 88 <= minute <= 93:
+        if minute % 5 == 0 or 11 <= minute <= 13 or 25 <= minute <= 35 or 64 <= minute <= 67 or 88 <= minute <= 93:
             rt.refresh_snapshot(now)
             for w in compared:
                 got = rt.report_from_sums(w, now)
@@ -112,6 +129,8 @@ def test_business_types_from_the_sums_equal_a_merge_of_every_series(tmp_path: Pa
                     start, end = window_bounds(now, w)
                     want = build_report(rt.store.read_window(start, end), w, start, end, rt.business_type_of)
                 assert business_types(got) == business_types(want), (minute, w)
+                # the groups' number is known before they are derived (DCGM series are in none)
+                assert len(got.groups) == len(want.groups), (minute, w)
                 assert {b.business_type for b in got.business_types} >= {"chat", "unassigned"}
                 # the groups, derived when read, are those of every series
                 assert rounded([dataclasses.asdict(g) for g in got.groups]) == rounded(
