@@ -1,7 +1,8 @@
 """Every series' cells of a serving window as the scrapers hold them in memory: each target's
 recent scrapes (the sliding windows) and the minutes it has not closed yet (the long windows'
-open part), and what a derive pass keeps of both for the groups it derives later
-(collector/analytics/serving.py: LazyGroups)."""
+open part), what a derive pass keeps of both for the groups it derives later
+(collector/analytics/serving.py: LazyGroups), and a pass's reduction of a window's counters and
+gauges per business type (`reduce_sliding`, `reduce_window`: serving.py's ScopeScalars)."""
 
 from __future__ import annotations
 
