@@ -27,6 +27,7 @@ tables) up to the minute it started, then takes the published counts from that m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import secrets
@@ -97,8 +98,13 @@ class Leadership:
             self.conn = None
 
     def close(self) -> None:
-        """Hand the lock on (closing its connection releases it)."""
+        """Hand the lock on: released on its connection before that is closed, so that another
+        collector can take it at once (a closed connection's server process lets its locks go
+        only as it exits, a moment after the close returns)."""
         with self.lock:
+            if self.leader and self.conn is not None:
+                with contextlib.suppress(SQLAlchemyError):  # else the connection is gone, and the lock with it
+                    self.conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": LEADER_LOCK})
             self._drop()
             self.leader = False
         self.engine.dispose()
