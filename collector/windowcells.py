@@ -90,9 +90,7 @@ def _merged_columns(name: str, layout: ScalarLayout, inside: list[RecentScrape])
     """The scalar cells of one target's scrapes that share `layout`, merged column by column:
     the same figures, added in the same order, as `Cell.merge` of each scrape's cells (sums of
     the deltas and samples, the gauges' extremes and last sample, the scrapes' observed time)."""
-    observed = sum(s.observed for s in inside)
-    last_unix = max(s.last_unix for s in inside)
-    columns = list(zip(*(s.values for s in inside), strict=True))
+    observed, last_unix, columns = _columns(inside)
     units = inside[0].units
     gauges = set(layout.gauges)
     out: list[SeriesCell] = []
@@ -104,6 +102,14 @@ def _merged_columns(name: str, layout: ScalarLayout, inside: list[RecentScrape])
             cell = Cell(Kind.COUNTER, sum(column), 0.0, None, nan, nan, nan, 0, observed, last_unix)
         out.append(SeriesCell(name, ident, units.get(ident.key, ""), cell))
     return out
+
+
+def _columns(inside: list[RecentScrape]) -> tuple[float, float, list[tuple[float, ...]]]:
+    """Of scrapes that share one layout: their observed time, their last sample's time, and
+    each series' values (a column, oldest scrape first)."""
+    observed = sum(s.observed for s in inside)
+    last_unix = max(s.last_unix for s in inside)
+    return observed, last_unix, list(zip(*(s.values for s in inside), strict=True))
 
 
 def _gauge_cell(column: tuple[float, ...], observed: float, last_unix: float) -> Cell:
@@ -126,9 +132,7 @@ def reduce_sliding(into: TypeScalars, recent: Recent, now_unix: float, window_se
         if layout is None or any(s.layout is not layout for s in inside):
             into.add_cells(sliding_cells([(name, inside)], now_unix, window_seconds, histograms=False))
             continue
-        observed = sum(s.observed for s in inside)
-        last_unix = max(s.last_unix for s in inside)
-        columns = list(zip(*(s.values for s in inside), strict=True))
+        observed, last_unix, columns = _columns(inside)
         units = inside[0].units
         gauges = set(layout.gauges)
         for i, ident in enumerate(layout.idents):

@@ -304,14 +304,7 @@ class ClosedView(NamedTuple):
         if not self.oldest:
             return self.cells
         cells = dict(self.cells)  # histograms too (unchanged: the reader skips them)
-        remove(cells, (sc for sc in self.oldest if sc.ident.kind is not Kind.HISTOGRAM), in_place=False)
-        start = self.closed_end - self.span + MINUTE_SECONDS
-        for ref, minutes in self.gauges.items():
-            sc = cells.get(ref)
-            if sc is not None:
-                cell = sc.cell.copy()
-                _min_max(cell, minutes, start, self.closed_end)
-                cells[ref] = SeriesCell(sc.target, sc.ident, sc.unit, cell)
+        self._take_grace(cells, histograms=False, copies=False)
         return cells
 
     def copies_by_ref(self, histograms: bool = True) -> dict[SeriesRef, SeriesCell]:
@@ -322,12 +315,26 @@ class ClosedView(NamedTuple):
             if histograms or sc.ident.kind is not Kind.HISTOGRAM
         }
         if self.oldest:
-            remove(cells, self.oldest)
-            start = self.closed_end - self.span + MINUTE_SECONDS
-            for ref, sc in cells.items():
-                if sc.ident.kind is Kind.GAUGE and ref in self.gauges:
-                    _min_max(sc.cell, self.gauges[ref], start, self.closed_end)
+            self._take_grace(cells, histograms, copies=True)
         return cells
+
+    def _take_grace(self, cells: dict[SeriesRef, SeriesCell], histograms: bool, copies: bool) -> None:
+        """Take the minute in grace (`oldest`) out of `cells`, and give each gauge the extremes
+        of the minutes left. `copies`: the cells are this caller's own, changed in place; else
+        a changed series gets a new cell and the view's cells are never changed."""
+        gone = self.oldest if histograms else [sc for sc in self.oldest if sc.ident.kind is not Kind.HISTOGRAM]
+        remove(cells, gone, in_place=copies)
+        start = self.closed_end - self.span + MINUTE_SECONDS
+        for ref, minutes in self.gauges.items():
+            sc = cells.get(ref)
+            if sc is None:
+                continue
+            if copies:
+                _min_max(sc.cell, minutes, start, self.closed_end)
+            else:
+                cell = sc.cell.copy()
+                _min_max(cell, minutes, start, self.closed_end)
+                cells[ref] = SeriesCell(sc.target, sc.ident, sc.unit, cell)
 
 
 def _min_max(cell: Cell, minutes: Iterable[tuple[int, float, float]], start: int, end: int) -> None:
