@@ -639,8 +639,10 @@ class Runtime:
         """The running windows' read of the minutes of [start, end) once closed: while serving,
         a single minute is taken from the memory of the scrapers that still keep it (the one that
         just closed), the others' from the store; older minutes from the store."""
-        if not self.started or end - start != MINUTE_SECONDS:
+        if end - start != MINUTE_SECONDS:
             return self.store.read_window(start, end, targets_in=self.shard)
+        if not self.started:
+            return self.store.read_minute(start, targets_in=self.shard)
         kept: Kept = []
         missing: list[str] = []  # a scraper still in that minute, or that no longer keeps it
         for name, scraper in list(self.scrapers.items()):
@@ -650,11 +652,11 @@ class Runtime:
             else:
                 kept.append((name, scraper.idents, scraper.units, [(start, cells)]))
         if len(missing) == len(self.scrapers):
-            return self.store.read_window(start, end, targets_in=self.shard)
+            return self.store.read_minute(start, targets_in=self.shard)
         self.closed_from_memory += 1
         out = open_cells(kept, start)
         if missing:
-            out.extend(self.store.read_window(start, end, targets_in=missing))
+            out.extend(self.store.read_minute(start, targets_in=missing))
         return out
 
     def read_rows(

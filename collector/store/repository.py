@@ -81,7 +81,13 @@ def _encode_floats(values: Sequence[float] | None) -> str | None:
 
 
 def _decode_floats(text: str | None) -> list[float] | None:
-    return None if text is None else [float(x) for x in json.loads(text)]
+    """The floats of `_encode_floats`' text (a JSON list of numbers: float() reads each item as
+    JSON writes it, NaN and Infinity too; a third faster than json.loads, once per stored
+    histogram read)."""
+    if text is None:
+        return None
+    inner = text.strip()[1:-1]
+    return list(map(float, inner.split(","))) if inner.strip() else []
 
 
 def _none_to_nan(x: float | None) -> float:
@@ -116,9 +122,10 @@ class Store:
         with self.engine.begin() as conn:
             for table in RETIRED_TABLES:
                 conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
-        # series id -> identity, kept across reads: a series row is never changed or deleted, and
-        # decoding its labels and bounds was most of a one-minute read at a thousand targets
-        self._idents: dict[int, SeriesIdent] = {}
+        # series id -> (target name, identity, unit), kept across reads: a series row is never
+        # changed or deleted, nor a target renamed; decoding labels and bounds, and selecting
+        # these columns with every row, were most of a one-minute read at a thousand targets
+        self._series: dict[int, tuple[str, SeriesIdent, str]] = {}
 
     def close(self) -> None:
         self.engine.dispose()
@@ -292,6 +299,13 @@ class Store:
             self.read_rows(start_unix, end_unix, target=target, model=model, targets_in=targets_in), end_unix
         )
 
+    def read_minute(self, start_unix: int, targets_in: Collection[str] | None = None) -> list[SeriesCell]:
+        """The stored cells of the minute starting at `start_unix`, one per series (what
+        `read_window` of that minute returns, in another order; no merge): what the running
+        windows read once a minute per window (collector/analytics/running.py)."""
+        rows = self.read_rows(start_unix, start_unix + 1, period=MINUTE_SECONDS, targets_in=targets_in)
+        return [r.cell for r in rows]
+
     def read_rows(
         self,
         start_unix: int,
@@ -303,45 +317,63 @@ class Store:
         targets_in: Collection[str] | None = None,
     ) -> list[Row]:
         """Every stored cell with start in [start_unix, end_unix), unmerged (for evaluators that
-        need several windows, or time slices, from one read); `period`: minute or hour cells only."""
+        need several windows, or time slices, from one read); `period`: minute or hour cells only.
+
+        The rollup columns alone are read, by position; each series' target, identity and unit
+        come from memory (read once per series, `_learn_series`): at a thousand targets a
+        minute's read is ~2.5x faster than selecting the series and target columns with every
+        row, whose row objects and attribute reads were most of the cost."""
         cond = _in_time_range(start_unix, end_unix, period)
-        if metrics is not None:
-            cond.append(series.c.metric.in_(sorted(set(metrics))))
-        if target is not None:
-            cond.append(targets.c.name == target)
-        if targets_in is not None:
-            cond.append(targets.c.name.in_(sorted(targets_in)))
-        if model is not None:
-            cond.append(series.c.model == model)
-        query = (
-            select(
-                rollups,
-                series.c.model,
-                series.c.metric,
-                series.c.kind,
-                series.c.labels,
-                series.c.bounds,
-                series.c.unit,
-                targets.c.name.label("target_name"),
-            )
-            .select_from(
-                rollups.join(series, series.c.id == rollups.c.series_id).join(
-                    targets, targets.c.id == series.c.target_id
-                )
-            )
-            .where(*cond)
-        )
-        idents = self._idents
-        out: list[Row] = []
+        if target is not None or targets_in is not None or model is not None or metrics is not None:
+            chosen = select(series.c.id)
+            if target is not None or targets_in is not None:
+                chosen = chosen.join(targets, targets.c.id == series.c.target_id)
+            if metrics is not None:
+                chosen = chosen.where(series.c.metric.in_(sorted(set(metrics))))
+            if target is not None:
+                chosen = chosen.where(targets.c.name == target)
+            if targets_in is not None:
+                chosen = chosen.where(targets.c.name.in_(sorted(targets_in)))
+            if model is not None:
+                chosen = chosen.where(series.c.model == model)
+            cond.append(rollups.c.series_id.in_(chosen))
+        known = self._series
         with self.engine.connect() as conn:
-            for row in conn.execute(query):
-                sid = int(row.series_id)
-                ident = idents.get(sid)
-                if ident is None:
-                    ident = idents[sid] = _ident_from_row(row)
-                cell = SeriesCell(row.target_name, ident, row.unit, _cell_from_row(row, ident.kind))
-                out.append(Row(int(row.start_unix), int(row.period_seconds), cell))
+            rows = conn.execute(select(*READ_COLUMNS).where(*cond)).all()
+            missing = [sid for sid, *_ in rows if sid not in known]
+            if missing:
+                self._learn_series(conn, min(missing), max(missing))
+        out: list[Row] = []
+        append = out.append
+        for sid, seconds, start, value, total, buckets, gmin, gmax, glast, n, observed, last in rows:
+            name, ident, unit = known[sid]
+            cell = Cell(
+                ident.kind,
+                float(value),
+                float(total),
+                _decode_floats(buckets),
+                math.nan if gmin is None else float(gmin),
+                math.nan if gmax is None else float(gmax),
+                math.nan if glast is None else float(glast),
+                int(n),
+                float(observed),
+                float(last),
+            )
+            append(Row(int(start), int(seconds), SeriesCell(name, ident, unit, cell)))
         return out
+
+    def _learn_series(self, conn: Connection, lo: int, hi: int) -> None:
+        """Keep the target, identity and unit of the series with ids in [lo, hi] (series ids
+        grow: after the first read, those of the targets and series that appeared since)."""
+        query = (
+            select(series, targets.c.name.label("target_name"))
+            .join(targets, targets.c.id == series.c.target_id)
+            .where(series.c.id >= lo, series.c.id <= hi)
+        )
+        known = self._series
+        for row in conn.execute(query):
+            if row.id not in known:
+                known[int(row.id)] = (row.target_name, _ident_from_row(row), row.unit)
 
     def first_unix(self) -> int | None:
         """The start of the oldest stored engine cell (None: nothing stored)."""
@@ -458,6 +490,7 @@ def _in_time_range(start_unix: int, end_unix: int, period: int | None = None) ->
 ROLLUP_KEYS = ["series_id", "period_seconds", "start_unix"]
 ROLLUP_VALUES = ["value", "sum", "buckets", "gmin", "gmax", "glast", "n", "observed_seconds", "last_unix"]
 ROLLUP_COLUMNS = [*ROLLUP_KEYS, *ROLLUP_VALUES]  # the order of `_rollup_params`
+READ_COLUMNS = [rollups.c[name] for name in ROLLUP_COLUMNS]  # what `read_rows` selects, in this order
 # a column added to the table must be added to `_rollup_params` too
 assert sorted(ROLLUP_COLUMNS) == sorted(c.name for c in rollups.columns), "ROLLUP_COLUMNS is not the table's"
 STATE_COLUMNS = ["series_id", "value", "sum", "buckets"]

@@ -141,6 +141,55 @@ def test_window_reads_filter_by_target_and_model(store: Store) -> None:
     assert store.target_names() == ["a", "b"]
 
 
+def test_a_reader_learns_the_series_another_collector_creates_after_its_first_read(db_url: str) -> None:
+    """Reads take each series' target, identity and unit from memory, learnt once per series:
+    series that another collector on the same database (a shard) or this one creates later,
+    and a new bucket layout, are read with their own target, identity and unit; every filter
+    keeps exactly the rows that an unfiltered read holds for it."""
+    reader, writer = Store(db_url), Store(db_url)
+    a = Collector(reader, "a")
+    a.scrape(workload(1), 6000.0)
+    a.scrape(workload(2), 6015.0)
+    first = reader.read_rows(6000, 6060)
+    assert {r.cell.target for r in first} == {"a"}
+    b = Collector(writer, "b")  # created by the other store: unknown to the reader so far
+    b.scrape(workload(1), 6020.0, version="0.6")
+    b.scrape(workload(3), 6035.0, version="0.6")
+    a.scrape(workload(3), 6030.0, version="0.6")  # a restart with another bucket layout: new series
+    rows = reader.read_rows(6000, 6060)
+    assert {r.cell.target for r in rows} == {"a", "b"}
+    stored = {(r.cell.target, r.cell.ident): r.cell for r in writer.read_rows(6000, 6060)}
+    assert {(r.cell.target, r.cell.ident): r.cell for r in rows}.keys() == stored.keys()
+    for r in rows:
+        want = stored[(r.cell.target, r.cell.ident)]
+        assert r.cell.unit == want.unit and r.cell.cell.value == want.cell.value
+        assert r.cell.cell.buckets == want.cell.buckets
+        assert (r.start_unix, r.period_seconds) == (6000, MINUTE_SECONDS)
+    ttft_b = [r.cell for r in rows if r.cell.target == "b" and r.cell.ident.key.metric == "ttft"]
+    assert [len(sc.ident.bounds) for sc in ttft_b] == [len(FAMILIES["0.6"].ttft_bounds)]
+    assert ttft_b[0].cell.value == 40.0  # workload 3 less workload 1 (the first scrape is the baseline)
+
+    def keys(got: list) -> set:  # type: ignore[type-arg]
+        return {(r.cell.target, r.cell.ident) for r in got}
+
+    everything = keys(rows)
+    for chosen, want_rows in (
+        (reader.read_rows(6000, 6060, target="b"), {k for k in everything if k[0] == "b"}),
+        (reader.read_rows(6000, 6060, targets_in=["b"]), {k for k in everything if k[0] == "b"}),
+        (reader.read_rows(6000, 6060, metrics=["ttft", "prompt_tokens"]),
+         {k for k in everything if k[1].key.metric in ("ttft", "prompt_tokens")}),
+        (reader.read_rows(6000, 6060, model=MODEL, target="a"), {k for k in everything if k[0] == "a"}),
+        (reader.read_rows(6000, 6060, model="nope"), set()),
+    ):  # fmt: skip
+        assert keys(chosen) == want_rows
+    assert {(sc.target, sc.ident) for sc in reader.read_minute(6000, targets_in=["a"])} == {
+        k for k in everything if k[0] == "a"
+    }
+    assert reader.read_minute(6060) == []
+    reader.close()
+    writer.close()
+
+
 def test_compaction_merges_whole_old_hours_and_keeps_totals(store: Store) -> None:
     c = Collector(store)
     c.scrape(workload(1), 0.0)
