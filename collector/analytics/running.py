@@ -63,8 +63,11 @@ class RunningWindow:
         self.folded = FoldedSums()
         self.in_grace = FoldedSums()
 
-    def add(self, cells: Iterable[SeriesCell]) -> None:
+    def add(self, cells: Iterable[SeriesCell]) -> set[SeriesRef]:
+        """Add a minute's cells; returns the series given a new cell (no view holds them yet:
+        `remove` may change those in place until the advance ends)."""
         into, fold, folded = self.cells, self.fold, self.folded
+        fresh = set()
         for sc in cells:
             ref = (sc.target, sc.ident)
             have = into.get(ref)
@@ -74,20 +77,22 @@ class RunningWindow:
                 merged = have.cell.copy()
                 merged.merge(sc.cell)
                 into[ref] = SeriesCell(sc.target, sc.ident, sc.unit, merged)
+            fresh.add(ref)
             if fold is not None and sc.ident.kind is Kind.HISTOGRAM and (key := fold.key(sc.target, sc.ident)):
                 folded.add(key, sc.cell, 1 if have is None else 0)
+        return fresh
 
-    def remove(self, cells: Iterable[SeriesCell]) -> None:
-        fold, folded = self.fold, self.folded
+    def remove(self, cells: Iterable[SeriesCell], fresh: set[SeriesRef] | frozenset[SeriesRef] = frozenset()) -> None:
+        """Take a minute's cells out (`fresh`: series whose cell `add` just made, changed in place)."""
+        fold, folded, into = self.fold, self.folded, self.cells
         for sc in cells:
-            have = self.cells.get((sc.target, sc.ident))
-            key = None
-            if fold is not None and have is not None and sc.ident.kind is Kind.HISTOGRAM:
-                key = fold.key(sc.target, sc.ident)
-            if key is not None:
-                assert have is not None
+            ref = (sc.target, sc.ident)
+            have = into.get(ref)
+            if have is None:
+                continue
+            if fold is not None and sc.ident.kind is Kind.HISTOGRAM and (key := fold.key(sc.target, sc.ident)):
                 folded.subtract(key, *_taken(have.cell, sc.cell))
-            remove(self.cells, (sc,), in_place=False)
+            remove(into, (sc,), in_place=ref in fresh)
 
     def note_grace(self) -> None:
         """What `remove(oldest)` would take from the folded sums (read while the previous minute
@@ -176,16 +181,20 @@ class RunningWindows:
             if self.closed_end is None or target - self.closed_end >= self.longest:
                 self._rebuild(target)
                 return
+            # per window, the series whose cells this advance made: no view holds them yet, so
+            # they change in place (the others copy-on-write)
+            fresh: dict[int, set[SeriesRef]] = {seconds: set() for seconds in self.windows}
             for minute in range(self.closed_end, target, MINUTE_SECONDS):
                 arrived = self._read(minute)
                 self._note_gauges(minute, arrived)
                 end = minute + MINUTE_SECONDS
                 for w in self.windows.values():
-                    w.add(arrived)
-                    w.remove(w.oldest)  # the minute end - span - 60 left
+                    made = fresh[w.seconds]
+                    made |= w.add(arrived)
+                    w.remove(w.oldest, made)  # the minute end - span - 60 left
                     w.oldest = self._read(end - w.span) if w.span > MINUTE_SECONDS else arrived
             self.closed_end = target
-            self._fix_gauges()
+            self._fix_gauges(fresh)
             for w in self.windows.values():
                 w.note_grace()
 
@@ -217,8 +226,9 @@ class RunningWindows:
                     (minute, sc.cell.gmin, sc.cell.gmax)
                 )
 
-    def _fix_gauges(self) -> None:
-        """Min and max of every gauge over each window's minutes (they cannot be subtracted)."""
+    def _fix_gauges(self, fresh: dict[int, set[SeriesRef]] | None = None) -> None:
+        """Min and max of every gauge over each window's minutes (they cannot be subtracted);
+        `fresh`: per window, the series whose cells the advance made (changed in place)."""
         assert self.closed_end is not None
         oldest = self.closed_end - self.longest
         for ref in list(self.gauge_minutes):
@@ -230,7 +240,11 @@ class RunningWindows:
                 continue
             for w in self.windows.values():
                 sc = w.cells.get(ref)
-                if sc is not None:
+                if sc is None:
+                    continue
+                if fresh is not None and ref in fresh[w.seconds]:
+                    _min_max(sc.cell, minutes, self.closed_end - w.span, self.closed_end)
+                else:
                     cell = sc.cell.copy()  # copy-on-write, as in RunningWindow.add
                     _min_max(cell, minutes, self.closed_end - w.span, self.closed_end)
                     w.cells[ref] = SeriesCell(sc.target, sc.ident, sc.unit, cell)
