@@ -228,9 +228,9 @@ class Runtime:
         deltas = item.deltas
         if self.ledger is not None:
             self.ledger.add_engine(target, deltas)
-        folded = self.fold.cells(target, deltas.cells)
-        self.sliding_histograms.add(target, deltas.unix, folded)
-        self.open_histograms.add(deltas.minute, folded, item.read_stored)
+        flat = self.fold.flat(target, deltas.cells)
+        self.sliding_histograms.add(target, deltas.unix, flat)
+        self.open_histograms.add(deltas.minute, flat, item.read_stored)
 
     async def start(self) -> None:
         """Register every target and resume its state (one bad target does not stop the others)."""

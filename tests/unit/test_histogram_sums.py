@@ -15,7 +15,11 @@ import random
 from pathlib import Path
 from typing import Any
 
-from collector.analytics.histsums import FoldedSums, OpenHistograms
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.analytics.histsums import FoldedSums, Layouts, LayoutSums, OpenHistograms
 from collector.analytics.serving import build_report
 from collector.config import Settings
 from collector.rollup import Cell
@@ -206,13 +210,69 @@ def test_open_minutes_are_forgotten_without_a_pass_and_an_incomplete_one_is_not_
     key = ("chat", "ttft", (0.1, 1.0))
     cell = Cell(Kind.HISTOGRAM, value=1, sum=0.5, buckets=[1, 1, 1])
     sums = OpenHistograms()
+    flat = Layouts().flat("t", [(key, cell)])
     for minute in range(0, 3600 * 24, 60):  # a day of commits, no derive pass asking
-        sums.add(minute, [(key, cell)], read_stored=minute == 600)
+        sums.add(minute, flat, read_stored=minute == 600)
     assert len(sums.minutes) <= 6 and not sums.incomplete
-    sums.add(3600 * 24, [(key, cell)], read_stored=True)  # a minute read back from the store
+    sums.add(3600 * 24, flat, read_stored=True)  # a minute read back from the store
     assert sums.since(3600 * 24) is None  # merged from the series instead
     got = sums.since(3600 * 24 - 120)
     assert got is None
-    sums.add(3600 * 24 + 60, [(key, cell)], read_stored=False)
+    sums.add(3600 * 24 + 60, flat, read_stored=False)
     later = sums.since(3600 * 24 + 60)
     assert later is not None and later.cells[key].buckets == [1, 1, 1]
+
+
+KEYS = [("chat", "ttft", (0.1, 1.0)), ("chat", "e2e", (1.0, 5.0, 10.0)), ("batch", "ttft", (0.1, 1.0))]
+NO_BUCKETS = ("batch", "queue", (0.5,))  # a cell without buckets (never mixed with some under one key)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c"]),  # the target
+            st.lists(
+                st.sampled_from(range(len(KEYS) + 1)), min_size=0, max_size=4
+            ),  # its cells' sums (repeats: two models)
+            st.integers(0, 5),  # the counts
+            st.booleans(),  # taken out again later
+        ),
+        max_size=30,
+    )
+)
+def test_layout_sums_are_the_sums_of_every_cell(scrapes: list[tuple[str, list[int], int, bool]]) -> None:
+    """Scrapes summed as one list per layout (`LayoutSums`, what the sliding window and the open
+    minutes keep) give, per FoldKey, what adding and taking out every cell gives (`FoldedSums`):
+    targets whose layout changes, two cells of one scrape joining one sum, cells without buckets,
+    a layout whose last scrape leaves (absent, as a key whose last series left)."""
+    layouts, flat_sums, want = Layouts(), LayoutSums(), FoldedSums()
+    kept = []
+    for target, picks, count, leaves in scrapes:
+        folded = []
+        for i in picks:
+            key = KEYS[i] if i < len(KEYS) else NO_BUCKETS
+            buckets = None if key is NO_BUCKETS else [float(count * (j + 1)) for j in range(len(key[2]) + 1)]
+            folded.append((key, Cell(Kind.HISTOGRAM, value=float(count), sum=count * 0.5, buckets=buckets)))
+        flat = layouts.flat(target, folded)
+        flat_sums.add(flat)
+        for key, cell in folded:
+            want.add(key, cell)
+        if leaves:
+            kept.append((flat, folded))
+    for flat, folded in kept:
+        flat_sums.subtract(flat)
+        if not flat.layout.entries:
+            continue
+        for key, cell in folded:
+            want.subtract(key, cell)
+    got = flat_sums.folded()
+    assert got.members == want.members
+    assert {k: (c.value, c.buckets) for k, c in got.cells.items()} == {
+        k: (c.value, c.buckets) for k, c in want.cells.items()
+    }
+    for k, c in got.cells.items():
+        assert c.sum == pytest.approx(want.cells[k].sum)
+    again = LayoutSums()
+    again.plus(flat_sums)
+    assert again.folded().members == got.members  # a copy with its counts
