@@ -77,7 +77,7 @@ class Fold:
         return out
 
     def flat(self, target: str, cells: dict[SeriesIdent, Cell]) -> Flat:
-        """`cells(target, cells)` as one flat list of numbers under its layout (see Flat)."""
+        """`cells(target, cells)` as one array of numbers under its layout (see Flat)."""
         return self.layouts.flat(target, self.cells(target, cells))
 
 
@@ -85,11 +85,10 @@ class Layout:
     """The sums a scrape's histogram cells join, in order, with each cell's bucket count (-1:
     none). Interned (`Layouts`): equal layouts are one object, hashed and compared by identity."""
 
-    __slots__ = ("entries", "width")
+    __slots__ = ("entries",)
 
     def __init__(self, entries: tuple[tuple[FoldKey, int], ...]) -> None:
         self.entries = entries
-        self.width = sum(2 + max(0, n) for _, n in entries)
 
 
 class Flat(NamedTuple):

@@ -347,18 +347,7 @@ class Store:
         append = out.append
         for sid, seconds, start, value, total, buckets, gmin, gmax, glast, n, observed, last in rows:
             name, ident, unit = known[sid]
-            cell = Cell(
-                ident.kind,
-                float(value),
-                float(total),
-                _decode_floats(buckets),
-                math.nan if gmin is None else float(gmin),
-                math.nan if gmax is None else float(gmax),
-                math.nan if glast is None else float(glast),
-                int(n),
-                float(observed),
-                float(last),
-            )
+            cell = _cell_of(ident.kind, value, total, buckets, gmin, gmax, glast, n, observed, last)
             append(Row(int(start), int(seconds), SeriesCell(name, ident, unit, cell)))
         return out
 
@@ -741,15 +730,33 @@ def _rollup_params(series_id: int, period: int, start: int, cell: Cell) -> tuple
 
 
 def _cell_from_row(row: Any, kind: Kind) -> Cell:
+    return _cell_of(
+        kind, row.value, row.sum, row.buckets, row.gmin, row.gmax, row.glast, row.n, row.observed_seconds, row.last_unix
+    )
+
+
+def _cell_of(
+    kind: Kind,
+    value: Any,
+    total: Any,
+    buckets: str | None,
+    gmin: Any,
+    gmax: Any,
+    glast: Any,
+    n: Any,
+    observed: Any,
+    last: Any,
+) -> Cell:
+    """A cell from a rollup row's values (ROLLUP_VALUES, in order; NULL gauge fields as NaN)."""
     return Cell(
         kind,
-        float(row.value),
-        float(row.sum),
-        _decode_floats(row.buckets),
-        _none_to_nan(row.gmin),
-        _none_to_nan(row.gmax),
-        _none_to_nan(row.glast),
-        int(row.n),
-        float(row.observed_seconds),
-        float(row.last_unix),
+        float(value),
+        float(total),
+        _decode_floats(buckets),
+        _none_to_nan(gmin),
+        _none_to_nan(gmax),
+        _none_to_nan(glast),
+        int(n),
+        float(observed),
+        float(last),
     )
