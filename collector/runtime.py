@@ -83,6 +83,8 @@ from collector.windowcells import (
     open_cells,
     open_of,
     recent_of,
+    reduce_closed,
+    reduce_open,
     reduce_sliding,
     reduce_window,
     sliding_cells,
@@ -540,7 +542,7 @@ class Runtime:
                 return None
             sums.plus(open_sums)
             scalars = TypeScalars(self.business_type_of)
-            reduce_window(scalars, closed.scalars(), seen.open, closed.closed_end)
+            reduce_window(scalars, reduce_closed(closed), reduce_open(seen, closed.closed_end))
         start, end = self.window_span(w, now_unix)
         return build_report_from_sums(
             scalars,

@@ -52,7 +52,7 @@ class RunningWindow:
     collector/analytics/histsums.py), each sum changing exactly as its series do; `in_grace` is
     what taking `oldest` out would take from those sums."""
 
-    __slots__ = ("cells", "fold", "folded", "in_grace", "oldest", "seconds", "span")
+    __slots__ = ("cells", "fold", "folded", "in_grace", "memos", "oldest", "seconds", "span")
 
     def __init__(self, seconds: int, fold: Fold | None = None) -> None:
         self.seconds = seconds
@@ -62,6 +62,12 @@ class RunningWindow:
         self.fold = fold
         self.folded = FoldedSums()
         self.in_grace = FoldedSums()
+        self.memos: dict[bool, dict[str, object]] = {}  # ClosedView.memo, in the grace or not
+
+    def changed(self) -> None:
+        """The cells changed (an advance ended): the views taken from now on share new memos."""
+        self.memos = {}
+        self.note_grace()
 
     def add(self, cells: Iterable[SeriesCell]) -> set[SeriesRef]:
         """Add a minute's cells; returns the series given a new cell (no view holds them yet:
@@ -196,7 +202,7 @@ class RunningWindows:
             self.closed_end = target
             self._fix_gauges(fresh)
             for w in self.windows.values():
-                w.note_grace()
+                w.changed()
 
     def _rebuild(self, target: int) -> None:
         """Start afresh from the store (first pass, or after a pause longer than the longest window)."""
@@ -217,7 +223,7 @@ class RunningWindows:
         self.closed_end = target
         self._fix_gauges()
         for w in self.windows.values():
-            w.note_grace()
+            w.changed()
 
     def _note_gauges(self, minute: int, cells: Iterable[SeriesCell]) -> None:
         for sc in cells:
@@ -268,7 +274,8 @@ class RunningWindows:
                     for ref, sc in w.cells.items()
                     if sc.ident.kind is Kind.GAUGE and ref in self.gauge_minutes
                 }
-            return ClosedView(closed_end, w.span, dict(w.cells), w.oldest if in_grace else [], gauges)
+            memo = w.memos.setdefault(in_grace, {})
+            return ClosedView(closed_end, w.span, dict(w.cells), w.oldest if in_grace else [], gauges, memo)
 
     def closed(self, seconds: float, now_unix: float, histograms: bool = True) -> tuple[int, list[SeriesCell]] | None:
         """(end of the closed minutes, copies of the cells of the window's closed minutes at `now`),
@@ -306,6 +313,9 @@ class ClosedView(NamedTuple):
     cells: dict[SeriesRef, SeriesCell]  # as kept: never changed, read only
     oldest: list[SeriesCell]
     gauges: dict[SeriesRef, tuple[tuple[int, float, float], ...]]
+    # what readers derive from these closed minutes, shared by every view of them until the next
+    # advance (collector/windowcells.py: reduce_closed)
+    memo: dict[str, object]
 
     def copies(self, histograms: bool = True) -> list[SeriesCell]:
         """Copies of the window's closed cells (without `histograms`: counters and gauges)."""

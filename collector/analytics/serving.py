@@ -70,7 +70,7 @@ class ServingStats:
 class ScopeScalars:
     """What `derive` reads of a scope's counters and gauges, reduced as it reads them: each
     target's longest observed time (of its counter and histogram series: rates divide per
-    target), each counter metric's sum per target, request_success per finished reason, the
+    target), each target's sum of each counter metric, request_success per finished reason, the
     units of the prefix cache counters, and the gauge cells that saw a sample.
 
     `derive` reduces its cells with `add`; a derive pass reduces the merged scalars of a whole
@@ -80,7 +80,7 @@ class ScopeScalars:
 
     def __init__(self) -> None:
         self.observed: dict[str, float] = {}
-        self.counters: dict[str, dict[str, float]] = {}  # metric -> target -> sum of its series
+        self.counters: dict[str, dict[str, float]] = {}  # target -> metric -> sum of its series
         self.finished: dict[str, float] = {}
         self.units: set[str] = set()
         self.gauges: dict[str, list[Cell]] = {}
@@ -107,10 +107,10 @@ class ScopeScalars:
     def add_counter(self, target: str, ident: SeriesIdent, unit: str, value: float, observed: float) -> None:
         self.note_observed(target, observed)
         metric = ident.key.metric
-        per_target = self.counters.get(metric)
-        if per_target is None:
-            per_target = self.counters[metric] = {}
-        per_target[target] = per_target.get(target, 0.0) + value
+        sums = self.counters.get(target)
+        if sums is None:
+            sums = self.counters[target] = {}
+        sums[metric] = sums.get(metric, 0.0) + value
         if metric == "request_success":
             reason = dict(ident.key.labels).get("finished_reason", "unknown")
             self.finished[reason] = self.finished.get(reason, 0.0) + value
@@ -124,15 +124,16 @@ class ScopeScalars:
             self.gauges.setdefault(metric, []).append(cell)
 
     def total(self, metric: str) -> float | None:
-        per_target = self.counters.get(metric)
-        return sum(per_target.values()) if per_target is not None else None
+        values = [v for sums in self.counters.values() if (v := sums.get(metric)) is not None]
+        return sum(values) if values else None
 
     def rate(self, metric: str) -> float | None:
-        per_target = self.counters.get(metric)
-        if per_target is None:
-            return None
         observed = self.observed
-        rates = [v / observed[t] for t, v in per_target.items() if observed[t] > 0]
+        rates = [
+            v / seconds
+            for t, sums in self.counters.items()
+            if (v := sums.get(metric)) is not None and (seconds := observed[t]) > 0
+        ]
         return sum(rates) if rates else None
 
 
