@@ -140,6 +140,9 @@ class ScrapeConfig(_Strict):
     # a kept label value (model_name, finished_reason) longer than this refuses the scrape, as
     # Prometheus' label_value_length_limit: 512 is what the database keeps for a model name
     label_value_length_limit: int = Field(512, ge=0, le=512)
+    # When writes arrive at least twice per this long, a write waits up to this long for others
+    # to share its transaction (collector/store/committer.py); 0 = commit each group at once.
+    commit_linger: Duration = Field(0.25, ge=0, le=5)
 
 
 class RetentionConfig(_Strict):

@@ -144,7 +144,7 @@ class Runtime:
         self.tls = ssl.create_default_context(cafile=certifi.where())
         self.client = httpx.AsyncClient(follow_redirects=False, trust_env=False, verify=self.tls)  # Alertmanager
         self.store_lock = asyncio.Lock()
-        self.committer = GroupCommitter(self.store, self.store_lock)
+        self.committer = GroupCommitter(self.store, self.store_lock, linger=settings.scrape.commit_linger)
         # sharded (collector/cluster.py), the targets of this collector's shard; the others are
         # still known (the fleet map, the cost inventory) but scraped by another collector
         self.scrapers: dict[str, TargetScraper] = {

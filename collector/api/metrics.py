@@ -225,6 +225,18 @@ class LlmsloCollector(Collector):
         )
         skipped.add_metric([], float(self.runtime.loops.skipped_slots))
         yield skipped
+        commits = self.runtime.committer.stats
+        transactions = CounterMetricFamily(
+            conv.STORE_TRANSACTIONS_TOTAL,
+            "Transactions that wrote scrapes' rows (a group commit carries several targets' writes).",
+        )
+        transactions.add_metric([], float(commits.transactions))
+        writes = CounterMetricFamily(
+            conv.STORE_WRITES_TOTAL,
+            "Scrapes' writes committed (a 15 s target writes once a minute, with its minute's last scrape).",
+        )
+        writes.add_metric([], float(commits.scrapes))
+        yield from (transactions, writes)
         timings = self.runtime.job_timings
         last = GaugeMetricFamily(
             conv.JOB_LAST_DURATION,

@@ -121,3 +121,72 @@ def test_a_failing_member_fails_alone_and_the_group_still_lands(store: Store) ->
     assert counted["t0"] > 0 and counted["t2"] > 0 and counted["t1"] == 0.0
     reloaded, _ = store.load_tracker(targets[1].target_id)
     assert reloaded.baseline_unix == 6000.0
+
+
+def spaced_commits(store: Store, targets: list[Target], gap: float, linger: float) -> GroupCommitter:
+    """Each target's second scrape handed to one committer `gap` seconds apart, as a fleet's
+    writes arrive spread over the interval; returns the committer once every write is durable."""
+    run(store, targets, STEPS[:1], grouped=True)
+
+    async def main() -> GroupCommitter:
+        committer = GroupCommitter(store, asyncio.Lock(), linger=linger)
+
+        async def one(i: int, t: Target) -> None:
+            await asyncio.sleep(i * gap)
+            item = t.prepare(workload(2 + i), 6015.0 + i * 0.01)
+            await committer.commit(item)
+            t.adopt(item)
+
+        await asyncio.gather(*(one(i, t) for i, t in enumerate(targets)))
+        return committer
+
+    return asyncio.run(main())
+
+
+def test_writes_spread_over_time_share_transactions_when_they_come_often(db_url: str) -> None:
+    """At a busy fleet's pace (a write every 10 ms against a 0.2 s linger) a transaction carries
+    several targets, and every write is stored exactly as one-by-one commits store it."""
+    store = Store(db_url)
+    targets = [Target(store, f"t{i}") for i in range(40)]
+    committer = spaced_commits(store, targets, gap=0.01, linger=0.2)
+    assert committer.stats.scrapes == 40
+    assert committer.stats.lingered >= 1
+    assert committer.stats.transactions <= 40 / 3, committer.stats  # ~one per 0.2 s of writes, not 40
+    counted = {t for (t, ident), (value, _, _) in stored(store, 6000, 6060).items() if value > 0}
+    assert counted == {f"t{i}" for i in range(40)}  # nobody's write was lost or left waiting
+    store.close()
+
+
+def test_writes_that_come_seldom_do_not_wait(store: Store) -> None:
+    """A small fleet (a write every 0.15 s against a 0.2 s linger: fewer than two per linger)
+    commits each write at once: lingering would only delay them."""
+    targets = [Target(store, f"t{i}") for i in range(6)]
+    committer = spaced_commits(store, targets, gap=0.15, linger=0.2)
+    assert committer.stats.lingered == 0
+    assert committer.stats.transactions == 6 and committer.stats.scrapes == 6
+
+
+def test_a_full_group_stops_lingering(store: Store) -> None:
+    """Writes that fill a group end the wait at once: a burst is committed without the linger."""
+    targets = [Target(store, f"t{i}") for i in range(12)]
+    run(store, targets, STEPS[:1], grouped=True)
+
+    async def main() -> tuple[GroupCommitter, float]:
+        committer = GroupCommitter(store, asyncio.Lock(), max_group=4, linger=30.0)
+        committer.mean_gap = 0.001  # as after a busy minute
+        items = [t.prepare(workload(2 + i), 6015.0) for i, t in enumerate(targets)]
+        started = asyncio.get_running_loop().time()
+
+        async def one(i: int, item: ScrapeCommit) -> None:
+            await asyncio.sleep(0.01 * i)  # the first waits alone; the fourth fills its group
+            await committer.commit(item)
+
+        await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+        for t, item in zip(targets, items, strict=True):
+            t.adopt(item)
+        return committer, asyncio.get_running_loop().time() - started
+
+    committer, took = asyncio.run(main())
+    assert took < 10.0  # never the 30 s linger
+    assert committer.stats.scrapes == 12 and committer.stats.largest_group == 4
+    assert committer.stats.lingered >= 1
