@@ -156,6 +156,16 @@ def job_timings(base: str) -> dict[str, tuple[float, float]]:
     return {job: (total[job] / runs[job], last.get(job, 0.0)) for job in total if runs.get(job)}
 
 
+def writes_per_transaction(base: str) -> float:
+    """The scrapes' writes per group commit so far, from llmslo's /metrics."""
+    found: dict[str, float] = {}
+    for line in httpx.get(f"{base}/metrics", timeout=60).text.splitlines():
+        if line.startswith(("llmslo_store_writes_total ", "llmslo_store_transactions_total ")):
+            name, value = line.split()
+            found[name] = float(value)
+    return found.get("llmslo_store_writes_total", 0.0) / max(found.get("llmslo_store_transactions_total", 0.0), 1.0)
+
+
 def timed_get(url: str, runs: int = 3) -> tuple[float, int]:
     times, size = [], 0
     for _ in range(runs):
@@ -224,6 +234,8 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
         }
         if shards > 1:
             config["cluster"] = {"shards": shards}
+        if "LLMSLO_FLEET_COMMIT_LINGER" in os.environ:  # scrape.commit_linger (0 = a transaction per write)
+            config["scrape"] = {"commit_linger": os.environ["LLMSLO_FLEET_COMMIT_LINGER"]}
         (tmp_path / "llmslo.yaml").write_text(yaml.safe_dump(config))
         with_rules = os.environ.get("LLMSLO_FLEET_PROM_RULES") == "1"
         prom_cfg: dict[str, object] = {
@@ -347,6 +359,7 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
                 assert rules_done["failures"] == 0 and rules_done["recorded series"] > 0
             metrics_ms = statistics.median(metrics_times)
             jobs = job_timings(base)
+            grouped = writes_per_transaction(base)
             if shards > 1:
                 leaders = [cluster_leader(b) for b in bases]
                 print(f"\n  {shards} collectors, elected (1) and not (0): {leaders}")
@@ -383,6 +396,8 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
         f"\n  GET /api/v1/serving?window=5m (gzip) every 26 s: median {statistics.median(serving_times):.0f} ms, "
         f"max {max(serving_times):.0f} ms ({len(serving_times)} fetches, {serving_bytes / 1e6:.1f} MB), "
         f"its first read {first_serving_ms:.0f} ms\n"
+        f"  writes per transaction (group commit, scrape.commit_linger "
+        f"{os.environ.get('LLMSLO_FLEET_COMMIT_LINGER', 'default')}): {grouped:.1f}\n"
         f"  periodic jobs, mean run (last): "
         + ", ".join(f"{job} {mean * 1000:.0f} ms ({last * 1000:.0f} ms)" for job, (mean, last) in sorted(jobs.items()))
     )
