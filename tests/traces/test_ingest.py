@@ -265,10 +265,15 @@ def test_undecodable_bodies_get_their_status_and_change_nothing(
     fragment: str,
 ) -> None:
     assert post(server, good_json(1)).status_code == 200
-    before = server.summary()
+    before = counts(server.summary())
     r = post(server, body(), ctype)
     assert r.status_code == status and fragment in r.text
-    assert server.summary() == before
+    assert counts(server.summary()) == before
+
+
+def counts(summary: dict[str, object]) -> dict[str, object]:
+    """A summary without its period, which moves on when a minute turns between two reads."""
+    return {k: v for k, v in summary.items() if k not in ("start_unix", "end_unix")}
 
 
 def test_bad_spans_are_rejected_with_partial_success(server: Server) -> None:
