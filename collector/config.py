@@ -26,8 +26,9 @@ _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, None: 1.0}
 
 
-def parse_duration(value: object) -> float:
-    """'15s', '5m', '1h', '500ms', '2d' or a number of seconds -> seconds (float)."""
+def parse_duration(value: object, allow_zero: bool = False) -> float:
+    """'15s', '5m', '1h', '500ms', '2d' or a number of seconds -> seconds (float); 0 only where
+    `allow_zero` (a setting whose 0 means "none", as scrape.commit_linger)."""
     if isinstance(value, bool):
         raise ValueError("expected a duration such as '15s' or '5m'")
     if isinstance(value, int | float):
@@ -36,8 +37,8 @@ def parse_duration(value: object) -> float:
         seconds = float(m.group(1)) * _UNITS[m.group(2)]
     else:
         raise ValueError(f"expected a duration such as '15s' or '5m', got {value!r}")
-    if seconds <= 0:
-        raise ValueError(f"duration must be positive, got {value!r}")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ValueError(f"duration must be {'zero or more' if allow_zero else 'positive'}, got {value!r}")
     return seconds
 
 
@@ -50,6 +51,8 @@ def format_duration(seconds: float) -> str:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+# a duration for which 0 is meaningful (no linger, no settling time, an incident at the start)
+DurationOrZero = Annotated[float, BeforeValidator(lambda value: parse_duration(value, allow_zero=True))]
 
 
 def regex(pattern: str) -> str:
@@ -142,7 +145,7 @@ class ScrapeConfig(_Strict):
     label_value_length_limit: int = Field(512, ge=0, le=512)
     # When writes arrive at least twice per this long, a write waits up to this long for others
     # to share its transaction (collector/store/committer.py); 0 = commit each group at once.
-    commit_linger: Duration = Field(0.25, ge=0, le=5)
+    commit_linger: DurationOrZero = Field(0.25, ge=0, le=5)
 
 
 class RetentionConfig(_Strict):
@@ -388,7 +391,7 @@ class ClusterConfig(_Strict):
     shard: int = Field(0, ge=0)
     # a throughput or cost slice is judged this long after it ends, when the other collectors'
     # part of it has been published (each publishes on its SLO pass)
-    settle: Duration = Field(120.0, ge=0)
+    settle: DurationOrZero = Field(120.0, ge=0)
 
     def scrapes(self, target: str) -> bool:
         """Whether this collector's shard holds `target` (md5 of the name, modulo `shards`)."""

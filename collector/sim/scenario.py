@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from collector.config import Duration
+from collector.config import Duration, DurationOrZero
 from collector.sim.exposition import VERSIONS
 from collector.sim.model import BusinessProfile, DeploymentSpec, Fleet, Incident, ModelSpec
 from collector.yamlfile import YamlProblem, describe_errors, line_of, parse_yaml_mapping
@@ -78,7 +78,7 @@ class IncidentIn(_Strict):
         "malformed_metrics",
         "gpu_memory_pressure",  # another process takes GPU memory: DCGM's FB_USED reaches `factor` of it
     ]
-    start: Duration
+    start: DurationOrZero
     duration: Duration
     target: str | None = None
     factor: float = Field(1.0, gt=0)

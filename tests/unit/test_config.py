@@ -153,6 +153,23 @@ def test_bad_durations(bad: object) -> None:
         parse_duration(bad)
 
 
+@pytest.mark.parametrize("zero", [0, "0", "0s", "0ms"])
+def test_zero_is_a_duration_only_where_it_means_none(tmp_path: Path, zero: object) -> None:
+    """scrape.commit_linger 0 commits each group at once and cluster.settle 0 judges a slice as
+    soon as it ends; a zero scrape interval or timeout is still refused, naming the key."""
+    text = GOOD + f"cluster: {{settle: {zero!r}}}\n".replace("'", '"')
+    text = text.replace("  timeout: 5s\n", f"  timeout: 5s\n  commit_linger: {zero!r}\n".replace("'", '"'))
+    s = load_settings(write(tmp_path, text), environ={})
+    assert s.scrape.commit_linger == 0.0 and s.cluster.settle == 0.0
+    env = {"LLMSLO_SCRAPE__COMMIT_LINGER": "0"}
+    assert load_settings(write(tmp_path, GOOD), environ=env).scrape.commit_linger == 0.0
+    with pytest.raises(ConfigError, match="interval"):
+        load_settings(write(tmp_path, GOOD.replace("interval: 15s", f"interval: {zero!r}")), environ={})
+    with pytest.raises(ConfigError, match="commit_linger"):
+        negative = GOOD.replace("  timeout: 5s\n", "  timeout: 5s\n  commit_linger: -1s\n")
+        load_settings(write(tmp_path, negative), environ={})
+
+
 def test_format_duration() -> None:
     assert [format_duration(x) for x in (60, 300, 3600, 90, 0.5)] == ["1m", "5m", "1h", "90s", "0.5s"]
 

@@ -52,6 +52,14 @@ def test_cross_checks_name_their_keys() -> None:
     assert "incidents[1]: overload needs a factor other than 1" in problems
 
 
+def test_an_incident_may_start_with_the_scenario_but_not_last_no_time() -> None:
+    text = GOOD.read_text() + "incidents:\n  - {kind: replica_down, start: 0s, duration: 1m, target: chat-0}\n"
+    (incident,) = parse_scenario(text, "s.yaml").incidents
+    assert incident.start == 0.0 and incident.active(0.0) and not incident.active(60.0)
+    with pytest.raises(ScenarioError, match=r"incidents\[0\]\.duration"):
+        parse_scenario(text.replace("duration: 1m, target", "duration: 0s, target"), "s.yaml")
+
+
 @pytest.mark.parametrize("text", ["", "- a\n- b\n", "version: v1\n", "version: v2\nworkload: 3\n", "{[", "\x00"])
 def test_garbage_never_crashes(text: str) -> None:
     with pytest.raises(ScenarioError) as info:
