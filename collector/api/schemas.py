@@ -5,16 +5,15 @@ JSON has no infinity: an upper bucket bound of +Inf is sent as null with `above_
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
 
 from collector import conventions as conv
 from collector.analytics.percentiles import QuantileEstimate
 from collector.analytics.serving import (
-    BusinessStats,
     GaugeStats,
     GroupStats,
     LatencyStats,
@@ -222,23 +221,15 @@ def _serving_dict(s: ServingStats) -> dict[str, Any]:
     }
 
 
-_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+def _dumps(value: object) -> bytes:
+    """JSON as pydantic writes it (UTF-8, NaN and infinities as null), by orjson: at a thousand
+    targets the standard encoder took 0.3-0.4 s of the fleet view's ~1 s encode, orjson 0.04 s."""
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def _group_json(g: GroupStats) -> str:
-    try:
-        return _dumps({"target": g.target, "model": g.model, "business_type": g.business_type,
-                       "stats": _serving_dict(g.stats)})  # fmt: skip
-    except ValueError:  # a NaN or an infinity: JSON has none, pydantic writes null (rare: its way)
-        return ServingGroup(target=g.target, model=g.model, business_type=g.business_type,
-                            stats=serving_out(g.stats)).model_dump_json()  # fmt: skip
-
-
-def _type_json(b: BusinessStats) -> str:
-    try:
-        return _dumps({"business_type": b.business_type, "stats": _serving_dict(b.stats)})
-    except ValueError:
-        return BusinessGroup(business_type=b.business_type, stats=serving_out(b.stats)).model_dump_json()
+def _group_json(g: GroupStats) -> bytes:
+    return _dumps({"target": g.target, "model": g.model, "business_type": g.business_type,
+                   "stats": _serving_dict(g.stats)})  # fmt: skip
 
 
 def serving_json(window: str, r: ServingReport) -> bytes:
@@ -248,9 +239,11 @@ def serving_json(window: str, r: ServingReport) -> bytes:
     waits). The same values as pydantic writes: tests/unit/test_report_json.py."""
     head = _dumps({"window": window, "window_seconds": r.window_seconds, "start_unix": r.start_unix,
                    "end_unix": r.end_unix})  # fmt: skip
-    groups = ",".join(map(_group_json, r.groups))
-    types = ",".join(map(_type_json, r.business_types))
-    return f'{head[:-1]},"groups":[{groups}],"business_types":[{types}]}}'.encode()
+    groups = b",".join(map(_group_json, r.groups))
+    types = b",".join(
+        _dumps({"business_type": t.business_type, "stats": _serving_dict(t.stats)}) for t in r.business_types
+    )
+    return b"".join((head[:-1], b',"groups":[', groups, b'],"business_types":[', types, b"]}"))
 
 
 def target_out(
