@@ -15,7 +15,10 @@ rather than of scraping alone.
 Each case measures two phases after the warm-up: LLMSLO_FLEET_QUIET_SECONDS (90) with no reader of
 llmslo (the collector's own work: scraping, derive passes, SLO evaluation, drift), then
 LLMSLO_FLEET_SECONDS with /metrics fetched every 13 s and the fleet view every 26 s (their cost
-is in llmslo's CPU; Prometheus serves no query in either phase). Each phase prints its own ratio.
+is in llmslo's CPU), and Prometheus asked the same fleet view in PromQL at the same times (per
+target and model: the histograms' quantiles, counts and means, the counters' increases and the
+gauges over the window; LLMSLO_FLEET_PROM_READERS=0 leaves it without a reader). Each phase
+prints its own ratio.
 
 LLMSLO_FLEET_SHARDS=K (PostgreSQL) runs K sharded collectors (README, "Sharded collectors"), each
 scraping its shard of the targets and all evaluating the fleet's SLOs: CPU, RSS and scrapes are
@@ -31,8 +34,10 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -46,6 +51,18 @@ ROOT = Path(__file__).resolve().parents[2]
 INTERVAL = 15.0
 TICK = os.sysconf("SC_CLK_TCK")
 TYPES = ("chat", "customer_service", "code_completion", "batch")
+
+
+_local = threading.local()
+
+
+def http() -> httpx.Client:
+    """This thread's client, kept: `httpx.get` builds a client (and loads the CA bundle) on
+    every call, 60-180 ms on these machines, which the reads timed here must not include."""
+    client = getattr(_local, "client", None)
+    if client is None:
+        client = _local.client = httpx.Client(trust_env=False)
+    return client
 
 
 def free_port() -> int:
@@ -89,7 +106,7 @@ def wait_http(url: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
+            if http().get(url, timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -99,7 +116,7 @@ def wait_http(url: str, timeout: float = 120.0) -> None:
 
 def llmslo_scrapes(base: str) -> tuple[float, float]:
     """(successful scrapes, failed scrapes) over all targets, from llmslo's API."""
-    targets = httpx.get(f"{base}/api/v1/targets", timeout=60).json()["targets"]
+    targets = http().get(f"{base}/api/v1/targets", timeout=60).json()["targets"]
     total = sum(t["scrapes_total"] for t in targets)
     failed = sum(sum(t["errors_total"].values()) for t in targets)
     return total - failed, failed
@@ -108,7 +125,7 @@ def llmslo_scrapes(base: str) -> tuple[float, float]:
 def prometheus_scrapes(base: str) -> float:
     """Scrapes Prometheus ran, from its own /metrics (it does not scrape itself here)."""
     total = 0.0
-    for line in httpx.get(f"{base}/metrics", timeout=30).text.splitlines():
+    for line in http().get(f"{base}/metrics", timeout=30).text.splitlines():
         if line.startswith("prometheus_target_interval_length_seconds_count"):
             total += float(line.rsplit(" ", 1)[1])
     return total
@@ -117,19 +134,19 @@ def prometheus_scrapes(base: str) -> float:
 def prometheus_rules(base: str) -> dict[str, float]:
     """That the generated rules ran on data: evaluations, failures, series they recorded."""
     out = {"evaluations": 0.0, "failures": 0.0}
-    for line in httpx.get(f"{base}/metrics", timeout=30).text.splitlines():
+    for line in http().get(f"{base}/metrics", timeout=30).text.splitlines():
         if line.startswith("prometheus_rule_evaluations_total"):
             out["evaluations"] += float(line.rsplit(" ", 1)[1])
         elif line.startswith("prometheus_rule_evaluation_failures_total"):
             out["failures"] += float(line.rsplit(" ", 1)[1])
-    answer = httpx.get(f"{base}/api/v1/query", params={"query": 'count({__name__=~"llmslo:.+"})'}, timeout=30)
+    answer = http().get(f"{base}/api/v1/query", params={"query": 'count({__name__=~"llmslo:.+"})'}, timeout=30)
     result = answer.json()["data"]["result"]
     out["recorded series"] = float(result[0]["value"][1]) if result else 0.0
     return out
 
 
 def cluster_leader(base: str) -> float:
-    for line in httpx.get(f"{base}/metrics", timeout=60).text.splitlines():
+    for line in http().get(f"{base}/metrics", timeout=60).text.splitlines():
         if line.startswith("llmslo_cluster_leader "):
             return float(line.split()[1])
     return float("nan")
@@ -142,7 +159,7 @@ def job_timings(base: str) -> dict[str, tuple[float, float]]:
     total: dict[str, float] = {}
     runs: dict[str, float] = {}
     last: dict[str, float] = {}
-    for fam in text_string_to_metric_families(httpx.get(f"{base}/metrics", timeout=60).text):
+    for fam in text_string_to_metric_families(http().get(f"{base}/metrics", timeout=60).text):
         for sample in fam.samples:
             job = sample.labels.get("job")
             if sample.name == "llmslo_job_duration_seconds_total":
@@ -159,18 +176,77 @@ def job_timings(base: str) -> dict[str, tuple[float, float]]:
 def writes_per_transaction(base: str) -> float:
     """The scrapes' writes per group commit so far, from llmslo's /metrics."""
     found: dict[str, float] = {}
-    for line in httpx.get(f"{base}/metrics", timeout=60).text.splitlines():
+    for line in http().get(f"{base}/metrics", timeout=60).text.splitlines():
         if line.startswith(("llmslo_store_writes_total ", "llmslo_store_transactions_total ")):
             name, value = line.split()
             found[name] = float(value)
     return found.get("llmslo_store_writes_total", 0.0) / max(found.get("llmslo_store_transactions_total", 0.0), 1.0)
 
 
+# The fleet view (`/api/v1/serving?window=5m`: per target and model, the quantiles, count and mean
+# of each histogram it derives, its counters over the window and its gauges' last, min, max and
+# mean) asked of Prometheus, as a Grafana dashboard showing the same figures would ask it.
+FLEET_VIEW_HISTOGRAMS = (
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:request_time_per_output_token_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds",
+    "vllm:request_prompt_tokens",
+    "vllm:request_generation_tokens",
+)
+FLEET_VIEW_COUNTERS = (
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:num_preemptions_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:prefix_cache_queries_total",
+)
+FLEET_VIEW_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+DASHBOARD = ThreadPoolExecutor(4)  # a dashboard's panels load in parallel
+
+
+def prometheus_fleet_view_queries() -> list[str]:
+    by = "sum by (instance, model_name"
+    out: list[str] = []
+    for h in FLEET_VIEW_HISTOGRAMS:
+        out += [f"histogram_quantile({q}, {by}, le) (increase({h}_bucket[5m])))" for q in (0.5, 0.9, 0.95, 0.99)]
+        out += [f"{by}) (increase({h}_count[5m]))", f"{by}) (increase({h}_sum[5m]))"]
+    out.append(f"{by}, finished_reason) (increase(vllm:request_success_total[5m]))")
+    out += [f"{by}) (increase({c}[5m]))" for c in FLEET_VIEW_COUNTERS]
+    for g in FLEET_VIEW_GAUGES:
+        out += [f"{by}) ({g})"] + [f"{by}) ({f}_over_time({g}[5m]))" for f in ("min", "max", "avg")]
+    return out
+
+
+def prometheus_fleet_view(base: str, queries: list[str], n: int) -> float:
+    """Every query of the fleet view, four at a time (a dashboard's panels load in parallel);
+    the wall time in ms. Each must answer a series per target: a query that matched nothing
+    would cost Prometheus nothing and make the comparison a lie."""
+
+    def one(query: str) -> int:
+        answer = http().get(f"{base}/api/v1/query", params={"query": query}, timeout=120)
+        answer.raise_for_status()
+        return len({r["metric"].get("instance") for r in answer.json()["data"]["result"]})
+
+    list(DASHBOARD.map(lambda _: http(), range(8)))  # each thread's client made before the clock starts
+    t0 = time.perf_counter()
+    found = list(DASHBOARD.map(one, queries))
+    ms = (time.perf_counter() - t0) * 1000
+    short = [(q, k) for q, k in zip(queries, found, strict=True) if k < 0.99 * n]
+    assert not short, f"Prometheus' fleet view answered fewer targets than scraped: {short[:3]}"
+    return ms
+
+
 def timed_get(url: str, runs: int = 3) -> tuple[float, int]:
     times, size = [], 0
     for _ in range(runs):
         t0 = time.perf_counter()
-        r = httpx.get(url, timeout=120)
+        r = http().get(url, timeout=120)
         times.append(time.perf_counter() - t0)
         r.raise_for_status()
         size = len(r.content)
@@ -340,6 +416,11 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
             first_serving_ms, _ = timed_get(f"{base}/api/v1/serving?window=5m", runs=1)
             serving_times: list[float] = []
             serving_bytes = 0
+            # Prometheus is asked the same fleet view at the same time (LLMSLO_FLEET_PROM_READERS=0:
+            # it serves no reader, the comparison of sessions before 23)
+            prom_readers = bool(prometheus) and os.environ.get("LLMSLO_FLEET_PROM_READERS", "1") != "0"
+            prom_queries = prometheus_fleet_view_queries()
+            prom_view_times: list[float] = []
             while time.monotonic() - t0 < seconds:
                 time.sleep(min(13.0, seconds - (time.monotonic() - t0)))
                 rss.append(ours_rss())
@@ -349,6 +430,8 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
                     time.sleep(3.0)
                     ms, serving_bytes = timed_get(f"{base}/api/v1/serving?window=5m", runs=1)
                     serving_times.append(ms)
+                    if prom_readers:
+                        prom_view_times.append(prometheus_fleet_view(prom_base, prom_queries, n))
             elapsed = time.monotonic() - t0
             ok1, failed = ours_scrapes()
             c1, p1 = ours_cpu(), cpu_seconds(prom.pid) if prometheus else 0.0
@@ -385,8 +468,14 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
         f"  llmslo:     {done:.0f}/{expected:.0f} scrapes ({done / expected:.1%}), {failed:.0f} failed in total, "
         f"CPU {c1 - c0:.1f} s = {(c1 - c0) / elapsed:.0%} of a core, {ours_ms:.2f} ms per scrape\n"
         f"  prometheus: {prom_done:.0f}/{expected:.0f} scrapes, CPU {p1 - p0:.1f} s = {(p1 - p0) / elapsed:.0%} "
-        f"of a core, {prom_ms:.2f} ms per scrape\n"
-        f"  ratio llmslo/prometheus CPU per scrape: {ours_ms / prom_ms:.2f}x\n"
+        f"of a core, {prom_ms:.2f} ms per scrape, "
+        + (
+            f"answering the same fleet view ({len(prom_queries)} PromQL queries, 4 at a time) at the same "
+            f"times: median {statistics.median(prom_view_times):.0f} ms, max {max(prom_view_times):.0f} ms\n"
+            if prom_view_times
+            else "serving no reader\n"
+        )
+        + f"  ratio llmslo/prometheus CPU per scrape: {ours_ms / prom_ms:.2f}x\n"
         f"  llmslo RSS MiB: {' '.join(f'{x:.0f}' for x in rss)} "
         f"(mean first half {statistics.mean(rss[:half] or rss):.0f}, second half {statistics.mean(rss[half:]):.0f})\n"
         f"  GET /metrics every 13 s: median {metrics_ms:.0f} ms, "
