@@ -45,6 +45,9 @@ import httpx
 import pytest
 import yaml
 
+from collector.analytics.serving import LATENCY_METRICS, LENGTH_METRICS
+from collector.sources.vllm import LOGICAL_BY_NAME
+
 pytestmark = pytest.mark.benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,25 +189,16 @@ def writes_per_transaction(base: str) -> float:
 # The fleet view (`/api/v1/serving?window=5m`: per target and model, the quantiles, count and mean
 # of each histogram it derives, its counters over the window and its gauges' last, min, max and
 # mean) asked of Prometheus, as a Grafana dashboard showing the same figures would ask it.
-FLEET_VIEW_HISTOGRAMS = (
-    "vllm:time_to_first_token_seconds",
-    "vllm:inter_token_latency_seconds",
-    "vllm:request_time_per_output_token_seconds",
-    "vllm:e2e_request_latency_seconds",
-    "vllm:request_queue_time_seconds",
-    "vllm:request_prefill_time_seconds",
-    "vllm:request_decode_time_seconds",
-    "vllm:request_prompt_tokens",
-    "vllm:request_generation_tokens",
+# The newest vLLM names (the fleet server's) of the series the view derives its figures from.
+FLEET_VIEW_HISTOGRAMS = tuple(LOGICAL_BY_NAME[m].aliases[0] for m in (*LATENCY_METRICS, *LENGTH_METRICS))
+FLEET_VIEW_COUNTERS = tuple(
+    LOGICAL_BY_NAME[m].aliases[0]
+    for m in ("prompt_tokens", "generation_tokens", "preemptions", "prefix_cache_hits", "prefix_cache_queries")
 )
-FLEET_VIEW_COUNTERS = (
-    "vllm:prompt_tokens_total",
-    "vllm:generation_tokens_total",
-    "vllm:num_preemptions_total",
-    "vllm:prefix_cache_hits_total",
-    "vllm:prefix_cache_queries_total",
+FLEET_VIEW_GAUGES = tuple(
+    LOGICAL_BY_NAME[m].aliases[0] for m in ("kv_cache_usage", "requests_running", "requests_waiting")
 )
-FLEET_VIEW_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
+REQUESTS = LOGICAL_BY_NAME["request_success"].aliases[0]
 
 
 DASHBOARD = ThreadPoolExecutor(4)  # a dashboard's panels load in parallel
@@ -216,7 +210,7 @@ def prometheus_fleet_view_queries() -> list[str]:
     for h in FLEET_VIEW_HISTOGRAMS:
         out += [f"histogram_quantile({q}, {by}, le) (increase({h}_bucket[5m])))" for q in (0.5, 0.9, 0.95, 0.99)]
         out += [f"{by}) (increase({h}_count[5m]))", f"{by}) (increase({h}_sum[5m]))"]
-    out.append(f"{by}, finished_reason) (increase(vllm:request_success_total[5m]))")
+    out.append(f"{by}, finished_reason) (increase({REQUESTS}[5m]))")
     out += [f"{by}) (increase({c}[5m]))" for c in FLEET_VIEW_COUNTERS]
     for g in FLEET_VIEW_GAUGES:
         out += [f"{by}) ({g})"] + [f"{by}) ({f}_over_time({g}[5m]))" for f in ("min", "max", "avg")]
