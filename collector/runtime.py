@@ -17,6 +17,7 @@ from typing import Any, ParamSpec
 
 import certifi
 import httpx
+from sqlalchemy.exc import SQLAlchemyError
 
 from collector import conventions as conv
 from collector import gcpolicy
@@ -237,8 +238,7 @@ class Runtime:
     async def start(self) -> None:
         """Register every target and resume its state (one bad target does not stop the others)."""
         await asyncio.to_thread(self.alerts.load)
-        if self.ledger is not None:
-            self.ledger.live_since = time.time()  # commits from now on are counted as they land
+        await asyncio.to_thread(self.begin_live_counting, time.time())
         for scraper in self.scrapers.values():
             try:
                 await scraper.load()
@@ -307,6 +307,25 @@ class Runtime:
             if scraper.client is not None:
                 await scraper.client.aclose()
         self.store.close()
+
+    def begin_live_counting(self, now_unix: float) -> None:
+        """The SLO ledger counts the commits from `now` on as they land (blocking). Run before
+        the first commit: what an earlier process stored of this minute is read now, for the
+        backfill (sharded, that process' counts come from what it published instead)."""
+        ledger = self.ledger
+        if ledger is None:
+            return
+        ledger.live_since = now_unix
+        if self.cluster is not None:
+            return
+        try:
+            ledger.hold_start_minute(
+                lambda lo, hi, period: self.store.read_rows(lo, hi, metrics=self.slo_metrics, period=period),
+                lambda lo, hi, period: read_requests(self.store, lo, hi, period),
+            )
+        except SQLAlchemyError as exc:
+            log.warning("could not read the stored part of the minute this collector started in (%s): "
+                        "the SLO counts of that minute lack what an earlier process stored of it", exc)  # fmt: skip
 
     def business_type_of(self, target: str, model: str) -> str | None:
         """The fleet map's answer (collector/fleetmap.py): the target configuration, then the rules."""

@@ -238,6 +238,10 @@ class SloLedger:
         # (counting every event of the other replicas' lifetimes again); these only ever grow.
         self.since_start: dict[str, list[float]] = {o.slo: [0.0, 0.0] for o in self.objectives if counts_live(o)}
         self.live_since: float | None = None  # set when live commits start counting
+        # what an earlier process stored of the minute live counting started in, read before the
+        # first live commit (`hold_start_minute`) and counted by the backfill
+        self.start_rows: Sequence[Row] = ()
+        self.start_requests: Sequence[tuple[RequestKey, RequestCell]] = ()
         self.ready = False  # backfilled from the store
         # sharded (`share`): the live commits' counts for the other collectors, and how long a
         # slice waits for their part before it is judged
@@ -465,6 +469,20 @@ class SloLedger:
 
     # --- start-up --------------------------------------------------------------------------------
 
+    def hold_start_minute(
+        self,
+        read_rows: Callable[[int, int, int], Sequence[Row]],
+        read_requests: Callable[[int, int, int], Sequence[tuple[RequestKey, RequestCell]]],
+    ) -> None:
+        """Read what is stored of the minute live counting starts in, before the first live
+        commit: an earlier process's part of that minute (a restart 40 s into it stored 40 s of
+        it), which the live commits do not bring and the backfill, reading the minutes before,
+        would not either. `read_*(start, end, period)` as for `backfill`."""
+        assert self.live_since is not None
+        minute = period_start(self.live_since)
+        self.start_rows = read_rows(minute, minute + MINUTE_SECONDS, MINUTE_SECONDS)
+        self.start_requests = read_requests(minute, minute + MINUTE_SECONDS, MINUTE_SECONDS)
+
     def backfill(
         self,
         read_rows: Callable[[int, int, int], Sequence[Row]],
@@ -489,6 +507,13 @@ class SloLedger:
                 for (target, t), cells in by_cell.items():
                     self.add_cells(target, t, period, cells)
                 self.add_requests(read_requests(lo, hi, period), period)
+        held: dict[str, list[tuple[SeriesIdent, Cell]]] = defaultdict(list)
+        for r in self.start_rows:
+            held[r.cell.target].append((r.cell.ident, r.cell.cell))
+        for target, cells in held.items():
+            self.add_cells(target, until, MINUTE_SECONDS, cells)
+        self.add_requests(self.start_requests, MINUTE_SECONDS)
+        self.start_rows, self.start_requests = (), ()
         self.ready = True
 
     # --- evaluation ------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ throughput objective, a collector restart (backfill) and minutes compacted into 
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 
@@ -174,3 +175,30 @@ def test_ring_keeps_a_fixed_span_and_sums_whole_slots() -> None:
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.mark.parametrize("offset", [15, 30, 45])
+def test_a_restart_mid_minute_counts_that_minute_once_and_whole(tmp_path: Path, offset: int) -> None:
+    """The collector restarts `offset` seconds into a minute: what the earlier process stored of
+    that minute is counted (backfilled) and what the new one commits is counted live, once each."""
+    rng = random.Random(offset)
+    db_url = f"sqlite:///{tmp_path / 'llmslo.db'}"
+    rt = Runtime(settings(tmp_path, db_url))
+    servers = {name: Server(rng, T0 - 30) for name in rt.scrapers}
+    restart = T0 + 40 * 60 + offset
+    run_history(rt, rng, servers, T0, restart)
+    rt.store.close()
+    rt = Runtime(settings(tmp_path, db_url))
+    assert rt.ledger is not None
+    rt.begin_live_counting(restart)  # as `start` does, then each target's counters resumed
+    for scraper in rt.scrapers.values():
+        asyncio.run(scraper.load())
+    run_history(rt, rng, servers, restart, restart + 600)
+    assert rt.rules is not None
+    now = restart + 600 - 1.0
+    want, _ = rt._evaluate_from_store(rt.rules, now)
+    got = rt.evaluate_slos(now)
+    assert comparable(got) == comparable(want)
+    errors = {s.objective.slo: s for s in got}["chat-errors"].windows
+    assert max(w.events.total for w in errors.values()) > 0
+    rt.store.close()
