@@ -20,6 +20,7 @@ from collector import __version__, gcpolicy
 from collector.api.deps import RuntimeDep
 from collector.api.embedded import EmbeddedServer
 from collector.api.metrics import DerivedText, TargetRenderer, build_registry
+from collector.api.readahead import ReadAhead
 from collector.api.schemas import (
     CapacityResponse,
     CompareResponse,
@@ -83,9 +84,6 @@ async def _start_otlp_port(rt: Runtime, settings: Settings) -> tuple[EmbeddedSer
 
 SELECTOR_PATTERN = r"^((target|model|deployment|track|tenant|business_type|label\.[^=\s]+)=.*\S.*|shadow=(true|false))$"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/v1/traces"})
-# a fleet view (/api/v1/serving without a selector) read within this long is encoded by each
-# derive pass as it ends (a dashboard polling it gets the current body at once)
-READ_AHEAD_SECONDS = 120.0
 # A window is whole minutes (merges of minute rollups): the schema says so, so
 # FastAPI answers anything else with its standard 422 before a handler runs.
 WindowQuery = Annotated[
@@ -267,10 +265,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
 
     # (window, business type) -> (the derive pass it was encoded from, the JSON body, gzipped)
     published: dict[tuple[float, str | None], tuple[float, bytes, bytes]] = {}
-    # (window, business type) -> when it was last read (monotonic), and the views read since
-    # they were last encoded: passes encode these as they end (see encode_read_views)
-    last_read: dict[tuple[float, str | None], float] = {}
-    wanted: set[tuple[float, str | None]] = set()
+    # when each (window, business type) is read (monotonic): which views a pass encodes as it ends
+    read_ahead: ReadAhead[tuple[float, str | None]] = ReadAhead(settings.derive_interval)
     encode_lock = threading.Lock()  # encodes run in the derive pass's thread and in worker threads
 
     def encode_published(seconds: float, business_type: str | None) -> tuple[bytes, bytes] | None:
@@ -303,20 +299,18 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             return body, zipped
 
     def encode_read_views() -> None:
-        """At the end of a derive pass (its thread): encode the fleet views read in the last
-        READ_AHEAD_SECONDS, so that their readers get a recent body at once (a first read waits
-        ~1 s at a thousand targets): a view read since the last pass, or whose body is two passes
-        old. So a dashboard polling every 30 s costs one encode per poll, and one polling every
-        minute two, instead of one every pass; a reader gets a body at most three passes old."""
+        """At the end of a derive pass (its thread): encode the fleet views their readers will
+        ask for next, so that they get a recent body at once (collector/api/readahead.py): a view
+        read since the last pass or within READ_AHEAD_SECONDS, kept at most two passes old; a
+        view polled less often than every two passes, once per poll, just before its read."""
         rt: Runtime = app.state.runtime
-        now, renew = time.monotonic(), 2 * rt.settings.derive_interval - 5
-        for key, read_at in list(last_read.items()):
-            read_since, held = key in wanted, published.get(key)
-            wanted.discard(key)
-            if now - read_at > READ_AHEAD_SECONDS:
-                last_read.pop(key, None)
-            elif read_since or held is None or rt.snapshot.computed_unix - held[0] >= renew:
-                encode_published(*key)
+
+        def age(key: tuple[float, str | None]) -> float | None:
+            held = published.get(key)
+            return None if held is None else rt.snapshot.computed_unix - held[0]
+
+        for key in read_ahead.due(time.monotonic(), age):
+            encode_published(*key)
 
     app.state.encode_read_views = encode_read_views
 
@@ -326,8 +320,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
         only one that finds none that recent waits for the encode (in a worker thread)."""
         rt: Runtime = app.state.runtime
         key = (seconds, business_type)
-        last_read[key] = time.monotonic()
-        wanted.add(key)
+        read_ahead.read(key, time.monotonic())
         held = published.get(key)
         if held is not None and rt.now() - held[0] <= 3 * rt.settings.derive_interval + 5:
             return held[1], held[2]
