@@ -67,6 +67,7 @@ class ReadAhead(Generic[K]):
         out: list[K] = []
         for key, read_at in list(self.last.items()):
             read_since = key in self.read_since_pass
+            self.read_since_pass.discard(key)  # a read from now on counts for the next pass (readers' thread)
             period = self.period.get(key)
             held = age(key)
             stale = held is None or held >= renew
@@ -80,5 +81,4 @@ class ReadAhead(Generic[K]):
             if now >= due_at - d - EARLY_SECONDS and (self.ahead_for.get(key) != due_at or stale):
                 self.ahead_for[key] = due_at  # the last pass before the read (or a late reader's renewal)
                 out.append(key)
-        self.read_since_pass.clear()
         return out
