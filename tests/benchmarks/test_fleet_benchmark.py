@@ -15,10 +15,10 @@ rather than of scraping alone.
 Each case measures two phases after the warm-up: LLMSLO_FLEET_QUIET_SECONDS (90) with no reader of
 llmslo (the collector's own work: scraping, derive passes, SLO evaluation, drift), then
 LLMSLO_FLEET_SECONDS with /metrics fetched every 13 s and the fleet view every 26 s
-(LLMSLO_FLEET_VIEW_EVERY sets another period: a slow dashboard; their cost is in llmslo's CPU), and Prometheus asked the same fleet view in PromQL at the same times (per
-target and model: the histograms' quantiles, counts and means, the counters' increases and the
-gauges over the window; LLMSLO_FLEET_PROM_READERS=0 leaves it without a reader). Each phase
-prints its own ratio.
+(LLMSLO_FLEET_VIEW_EVERY sets another period: a slow dashboard; their cost is in llmslo's CPU),
+and Prometheus asked the same fleet view in PromQL at the same times (per target and model: the
+histograms' quantiles, counts and means, the counters' increases and the gauges over the window;
+LLMSLO_FLEET_PROM_READERS=0 leaves it without a reader). Each phase prints its own ratio.
 
 LLMSLO_FLEET_SHARDS=K (PostgreSQL) runs K sharded collectors (README, "Sharded collectors"), each
 scraping its shard of the targets and all evaluating the fleet's SLOs: CPU, RSS and scrapes are
