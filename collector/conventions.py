@@ -49,6 +49,10 @@ JOB_LAST_DURATION: Final = PREFIX + "job_last_duration_seconds"
 JOB_DURATION_TOTAL: Final = PREFIX + "job_duration_seconds_total"
 JOB_RUNS_TOTAL: Final = PREFIX + "job_runs_total"
 JOB_LAST_RUN: Final = PREFIX + "job_last_run_timestamp_seconds"
+# the fleet view's encodes (/api/v1/serving without a selector), `when`: ahead (by a derive pass,
+# collector/api/readahead.py) or on_request (a read that found no recent body waited for it)
+FLEET_VIEW_ENCODES_TOTAL: Final = PREFIX + "fleet_view_encodes_total"
+FLEET_VIEW_ENCODE_SECONDS_TOTAL: Final = PREFIX + "fleet_view_encode_seconds_total"
 # the fleet map: engine series no business type claims, and those the two views disagree on
 UNASSIGNED_MODELS: Final = PREFIX + "unassigned_models"
 BUSINESS_TYPE_CONFLICTS: Final = PREFIX + "business_type_conflicts"

@@ -223,6 +223,8 @@ class Runtime:
         self.closed_from_memory = 0  # closed minutes the running windows took from the scrapers' memory
         self.inflight: set[asyncio.Task[object]] = set()
         self.job_timings = JobTimings()
+        # the fleet view's encodes by when they ran ("ahead", "on_request"): count, seconds
+        self.view_encodes: dict[str, list[float]] = {"ahead": [0, 0.0], "on_request": [0, 0.0]}
         # the switch interval while a pass computes (collector/gcpolicy.py)
         self.pass_switching = gcpolicy.PassSwitching(settings.server.pass_switch_interval)
 

@@ -253,6 +253,19 @@ class LlmsloCollector(Collector):
             runs.add_metric([job], float(timings.runs[job]))
             when.add_metric([job], timings.last_unix[job])
         yield from (last, total, runs, when)
+        encodes = CounterMetricFamily(
+            conv.FLEET_VIEW_ENCODES_TOTAL,
+            "Encodes of the fleet view (/api/v1/serving without a selector): ahead of its readers by a "
+            "derive pass, or on_request by a read that found no recent body and waited.",
+            labels=["when"],
+        )
+        spent = CounterMetricFamily(
+            conv.FLEET_VIEW_ENCODE_SECONDS_TOTAL, "Time spent encoding the fleet view.", labels=["when"]
+        )
+        for how, (n, seconds) in sorted(self.runtime.view_encodes.items()):
+            encodes.add_metric([how], float(n))
+            spent.add_metric([how], seconds)
+        yield from (encodes, spent)
         fleet = self.runtime.fleet
         pair = [conv.LABEL_TARGET, conv.LABEL_MODEL]
         unassigned = GaugeMetricFamily(

@@ -226,3 +226,10 @@ targets:
             time.sleep(1.2)
             seen.append(observed(httpx.get(f"{base}/api/v1/serving", params={"window": "5m"}).json()))
         assert seen == sorted(seen) and seen[-1] > observed(body), (observed(body), seen)
+        # those later reads found bodies the passes encoded ahead of them; only each view's first
+        # read (the whole fleet's and chat's) waited for its encode
+        fams = {f.name: f.samples for f in text_string_to_metric_families(httpx.get(f"{base}/metrics").text)}
+        encodes = {s.labels["when"]: s.value for s in fams["llmslo_fleet_view_encodes"]}  # type: ignore[attr-defined]
+        assert encodes["ahead"] >= 2 and 2 <= encodes["on_request"] <= 3, encodes
+        spent = {s.labels["when"]: s.value for s in fams["llmslo_fleet_view_encode_seconds"]}  # type: ignore[attr-defined]
+        assert spent["ahead"] > 0 and spent["on_request"] > 0
