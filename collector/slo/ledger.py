@@ -500,21 +500,21 @@ class SloLedger:
         for period, step in ((HOUR_SECONDS, 86400), (MINUTE_SECONDS, HOUR_SECONDS)):
             for lo in range(start, until, step):
                 hi = min(lo + step, until)
-                by_cell: dict[tuple[str, int], list[tuple[SeriesIdent, Cell]]] = defaultdict(list)
-                for r in read_rows(lo, hi, period):
-                    if r.start_unix + r.period_seconds <= until:
-                        by_cell[(r.cell.target, r.start_unix)].append((r.cell.ident, r.cell.cell))
-                for (target, t), cells in by_cell.items():
-                    self.add_cells(target, t, period, cells)
+                rows = read_rows(lo, hi, period)
+                self._add_rows((r for r in rows if r.start_unix + r.period_seconds <= until), period)
                 self.add_requests(read_requests(lo, hi, period), period)
-        held: dict[str, list[tuple[SeriesIdent, Cell]]] = defaultdict(list)
-        for r in self.start_rows:
-            held[r.cell.target].append((r.cell.ident, r.cell.cell))
-        for target, cells in held.items():
-            self.add_cells(target, until, MINUTE_SECONDS, cells)
+        self._add_rows(self.start_rows, MINUTE_SECONDS)
         self.add_requests(self.start_requests, MINUTE_SECONDS)
         self.start_rows, self.start_requests = (), ()
         self.ready = True
+
+    def _add_rows(self, rows: Iterable[Row], period: int) -> None:
+        """Stored rows of `period`, added per target and period start (the backfill's)."""
+        by_cell: dict[tuple[str, int], list[tuple[SeriesIdent, Cell]]] = defaultdict(list)
+        for r in rows:
+            by_cell[(r.cell.target, r.start_unix)].append((r.cell.ident, r.cell.cell))
+        for (target, t), cells in by_cell.items():
+            self.add_cells(target, t, period, cells)
 
     # --- evaluation ------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ the run takes minutes) and vLLM's own spans sent to llmslo."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import threading
 import time
@@ -84,7 +85,7 @@ def steady_traffic(base: str, prompt: Callable[[int], str], max_tokens: int, sen
     drift window must still see its `min_events` within a minute. Yields [requests completed];
     a failed request fails the block."""
     stop, done, errors = threading.Event(), [0], []
-    numbers = iter(range(10**9))
+    numbers = itertools.count()
     lock = threading.Lock()
 
     def send() -> None:
