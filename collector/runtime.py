@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from collector import conventions as conv
 from collector import gcpolicy
 from collector.analytics.histsums import Fold, OpenHistograms, SlidingHistograms
-from collector.analytics.running import ClosedView, RunningWindows
+from collector.analytics.running import RunningWindows
 from collector.analytics.serving import LazyGroups, ServingReport, TypeScalars, build_report, build_report_from_sums
 from collector.cluster import FLEET, Cluster
 from collector.config import Settings, TargetConfig
@@ -90,7 +90,6 @@ from collector.windowcells import (
     reduce_window,
     sliding_cells,
 )
-from collector.windowgroups import window_groups
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -547,7 +546,6 @@ class Runtime:
         """`pass_report` from the histogram sums, or None where they cannot answer."""
         w = window_seconds
         seen = view if view is not None else self.pass_view(now_unix)
-        long_closed: ClosedView | None = None
         if w <= self.settings.sliding_horizon:
             sums = self.sliding_histograms.sums(w, now_unix)
             if sums is None:
@@ -566,7 +564,6 @@ class Runtime:
             sums.plus(open_sums)
             scalars = TypeScalars(self.business_type_of)
             reduce_window(scalars, reduce_closed(closed), reduce_open(seen, closed.closed_end))
-            long_closed = closed
         start, end = self.window_span(w, now_unix)
         return build_report_from_sums(
             scalars,
@@ -576,8 +573,6 @@ class Runtime:
             end,
             self.business_type_of,
             lambda: self.window_cells(w, now_unix, view=seen),
-            # a long window's groups from the pass's reductions (collector/windowgroups.py)
-            None if long_closed is None else lambda: window_groups(long_closed, seen, w, self.business_type_of),
         )
 
     def window_cells(

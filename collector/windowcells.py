@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from math import nan
-from typing import Any, Protocol
+from typing import Any
 
 from collector.analytics.running import ClosedView
 from collector.analytics.serving import ScopeScalars, TypeScalars
@@ -336,14 +336,7 @@ def reduce_open(view: PassView, from_minute: int) -> Reduced:
     return out
 
 
-class Scopes(Protocol):
-    """What a reduction adds to: the scope of each (target, model) (TypeScalars: its business
-    type's; collector/windowgroups.py: its own)."""
-
-    def scope(self, target: str, model: str) -> ScopeScalars: ...
-
-
-def reduce_window(into: Scopes, closed: Reduced, opened: Reduced) -> None:
+def reduce_window(into: TypeScalars, closed: Reduced, opened: Reduced) -> None:
     """Reduce a long window's counters and gauges into `into`: its closed minutes' groups and
     its open minutes' groups added group by group, as merging each series' closed cell with its
     open cells and adding it would (`add_open`, then ScopeScalars.add): the sums add, a gauge

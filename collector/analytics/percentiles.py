@@ -11,9 +11,6 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-import numpy as np
-import numpy.typing as npt
-
 
 class QuantileEstimate(NamedTuple):
     """A quantile and the bounds of the bucket it fell in (a named tuple: the fleet view makes
@@ -83,66 +80,6 @@ def _estimate(q: float, rank: float, bounds: Sequence[float], cumulative: Sequen
         return QuantileEstimate(q, upper, lower, upper, False)
     value = lower + (upper - lower) * (rank - below) / in_bucket
     return QuantileEstimate(q, value, lower, upper, False)
-
-
-def quantile_rows(
-    qs: Sequence[float], bounds: Sequence[float], rows: npt.NDArray[np.float64]
-) -> list[tuple[QuantileEstimate, ...]]:
-    """`histogram_quantiles(qs, bounds, row)` of each row of `rows` (cumulative counts, one
-    histogram of one bucket layout per row), computed column-wise: the same estimates, bit for
-    bit (the same float operations in the same order), for a fleet's thousands of histograms at
-    once. A row whose counts ever decrease (never from vLLM: cumulative deltas) is read by
-    `histogram_quantiles` itself, whose binary search such a row would mislead differently."""
-    n = len(bounds)
-    if rows.ndim != 2 or rows.shape[1] != n + 1:
-        raise ValueError(f"rows must have {n + 1} columns (one per bound plus the +Inf bucket), got {rows.shape}")
-    for q in qs:
-        if not 0.0 <= q <= 1.0:
-            raise ValueError(f"quantile must be in [0, 1], got {q}")
-    out: list[tuple[QuantileEstimate, ...]] = [() for _ in range(len(rows))]
-    if not len(rows):
-        return out
-    total = rows[:, -1]
-    monotone = np.all(rows[:, 1:] >= rows[:, :-1], axis=1) if n else np.ones(len(rows), dtype=bool)
-    live = (total > 0) & ~np.isnan(total)
-    for i in np.flatnonzero(live & ~monotone).tolist():
-        out[i] = histogram_quantiles(qs, bounds, rows[i].tolist())
-    chosen = np.flatnonzero(live & monotone)
-    if not len(chosen):
-        return out
-    cum = rows[chosen]
-    total = cum[:, -1]
-    lowers = np.concatenate(([0.0], np.asarray(bounds, dtype=np.float64)))  # bound below each bucket
-    uppers = np.concatenate((np.asarray(bounds, dtype=np.float64), [math.inf]))
-    top = bounds[-1] if n else math.inf
-    per_q = []
-    at = np.arange(len(chosen))
-    for q in qs:
-        rank = q * total
-        # the first bucket whose count reaches the rank (for a zero rank, the first non-empty)
-        index = np.where(rank > 0, (cum < rank[:, None]).sum(axis=1), (cum <= 0.0).sum(axis=1))
-        index = np.minimum(index, n)
-        below = cum[at, np.maximum(index - 1, 0)]
-        in_bucket = cum[at, index] - below
-        lower, upper = lowers[index], uppers[index]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            value = lower + (upper - lower) * (rank - below) / in_bucket
-        per_q.append((q, index.tolist(), value.tolist(), lower.tolist(), upper.tolist(), in_bucket.tolist()))
-    first_lower = 0.0 if n and bounds[0] > 0 else (bounds[0] if n else 0.0)
-    for k, i in enumerate(chosen.tolist()):
-        found = []
-        for q, index, value, lower, upper, in_bucket in per_q:
-            j = index[k]
-            if j == n:  # the +Inf bucket
-                found.append(QuantileEstimate(q, top, top, math.inf, True))
-            elif j == 0:  # at most the first bound (see _estimate)
-                found.append(QuantileEstimate(q, upper[k], first_lower, upper[k], False, True))
-            elif in_bucket[k] <= 0:
-                found.append(QuantileEstimate(q, upper[k], lower[k], upper[k], False))
-            else:
-                found.append(QuantileEstimate(q, value[k], lower[k], upper[k], False))
-        out[i] = tuple(found)
-    return out
 
 
 def fraction_at_or_below(

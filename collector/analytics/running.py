@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from collector.analytics.histsums import Fold, FoldedSums
@@ -331,14 +331,12 @@ class ClosedView(NamedTuple):
         self._take_grace(cells, histograms=False, copies=False)
         return cells
 
-    def copies_by_ref(
-        self, histograms: bool = True, targets: Collection[str] | None = None
-    ) -> dict[SeriesRef, SeriesCell]:
-        """`copies`, keyed by (target, ident): what open minutes are merged into (of `targets`' series only)."""
+    def copies_by_ref(self, histograms: bool = True) -> dict[SeriesRef, SeriesCell]:
+        """`copies`, keyed by (target, ident): what open minutes are merged into."""
         cells = {
             ref: SeriesCell(sc.target, sc.ident, sc.unit, sc.cell.copy())
             for ref, sc in self.cells.items()
-            if (histograms or sc.ident.kind is not Kind.HISTOGRAM) and (targets is None or ref[0] in targets)
+            if histograms or sc.ident.kind is not Kind.HISTOGRAM
         }
         if self.oldest:
             self._take_grace(cells, histograms, copies=True)

@@ -11,7 +11,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, overload
+from typing import overload
 
 from collector.analytics.percentiles import QuantileEstimate, histogram_quantiles
 from collector.conventions import QUANTILES
@@ -148,41 +148,12 @@ def derive(cells: Iterable[SeriesCell], window_seconds: float) -> ServingStats:
     return derive_scope(scalars, histograms, window_seconds)
 
 
-class Histograms(Protocol):
-    """What `derive_scope` reads of a scope's histograms: a metric's latency figures (its
-    series merged per bucket layout, the largest layout read: `_latency`) and the count and sum
-    of all its series (the pre-0.11 TPOT estimate reads the decode time's)."""
-
-    def latency(self, metric: str) -> LatencyStats | None: ...
-
-    def totals(self, metric: str) -> tuple[float, float] | None: ...
-
-
-class CellHistograms:
-    """`Histograms` of a scope's histogram series cells, by metric."""
-
-    __slots__ = ("cells",)
-
-    def __init__(self, cells: dict[str, list[SeriesCell]]) -> None:
-        self.cells = cells
-
-    def latency(self, metric: str) -> LatencyStats | None:
-        return _latency(self.cells.get(metric, []), metric)
-
-    def totals(self, metric: str) -> tuple[float, float] | None:
-        found = [sc.cell for sc in self.cells.get(metric, []) if sc.ident.kind is Kind.HISTOGRAM]
-        if not found:
-            return None
-        return sum(c.value for c in found), sum(c.sum for c in found)
-
-
 def derive_scope(scalars: ScopeScalars, histograms: dict[str, list[SeriesCell]], window_seconds: float) -> ServingStats:
     """`derive` of a scope's reduced counters and gauges and its histogram cells by metric."""
-    return derive_figures(scalars, CellHistograms(histograms), window_seconds)
 
+    def of(metric: str) -> list[SeriesCell]:
+        return histograms.get(metric, [])
 
-def derive_figures(scalars: ScopeScalars, histograms: Histograms, window_seconds: float) -> ServingStats:
-    """`derive` of a scope's reduced counters and gauges and what its histograms give."""
     total, rate = scalars.total, scalars.rate
     finished = scalars.finished
     requests = sum(finished.values()) if finished else None
@@ -199,16 +170,15 @@ def derive_figures(scalars: ScopeScalars, histograms: Histograms, window_seconds
         if v0 is not None:
             hit_ratio, units = v0.mean, {"v0_gauge"}
 
-    latency = histograms.latency
     latencies: dict[str, LatencyStats] = {}
     for metric in LATENCY_METRICS:
-        stats = latency(metric)
+        stats = _latency(of(metric), metric)
         if stats is not None:
             latencies[metric] = stats
-    lengths = {m: st for m in LENGTH_METRICS if (st := latency(m)) is not None}
+    lengths = {m: st for m in LENGTH_METRICS if (st := _latency(of(m), m)) is not None}
     tpot_mean = None
     if "tpot" not in latencies:
-        itl = latencies.get("itl")
+        itl = _latency(of("itl"), "itl")
         if itl is not None:
             latencies["tpot"] = LatencyStats(
                 itl.count,
@@ -218,7 +188,7 @@ def derive_figures(scalars: ScopeScalars, histograms: Histograms, window_seconds
                 source="itl",
                 mixed_bucket_layouts=itl.mixed_bucket_layouts,
             )
-        tpot_mean = _tpot_mean_estimate(histograms.totals("decode"), total("generation_tokens"))
+        tpot_mean = _tpot_mean_estimate(of("decode"), total("generation_tokens"))
 
     gauges = scalars.gauges
     return ServingStats(
@@ -270,13 +240,14 @@ def _latency(cells: list[SeriesCell], metric: str) -> LatencyStats | None:
     return LatencyStats(cell.value, mean, quantiles, source=metric, mixed_bucket_layouts=len(merged) > 1)
 
 
-def _tpot_mean_estimate(decode: tuple[float, float] | None, generation_tokens: float | None) -> float | None:
+def _tpot_mean_estimate(decode_cells: list[SeriesCell], generation_tokens: float | None) -> float | None:
     """Before vLLM 0.11 there is no per-request TPOT histogram: mean decode time per token
-    after the first = decode_time_sum / (generation_tokens - requests); `decode` is the decode
-    time histograms' (count, sum)."""
-    if decode is None or generation_tokens is None:
+    after the first = decode_time_sum / (generation_tokens - requests)."""
+    decode = [sc.cell for sc in decode_cells if sc.ident.kind is Kind.HISTOGRAM]
+    if not decode or generation_tokens is None:
         return None
-    requests, decode_sum = decode
+    decode_sum = sum(c.sum for c in decode)
+    requests = sum(c.value for c in decode)
     tokens_after_first = generation_tokens - requests
     return decode_sum / tokens_after_first if tokens_after_first > 0 else None
 
@@ -329,9 +300,8 @@ class LazyGroups(Sequence[GroupStats]):
     nothing reads them (`/metrics` leaves them out of a fleet that large, and the fleet view of
     `/api/v1/serving` is asked for now and then): like a Prometheus query, the work is done for
     the reader who asks, once per pass. The members are given, or loaded by `load` on the first
-    read (a pass that derived its business types from sums keeps no per-series cells), or the
-    groups themselves are derived by `derive_all` (a long window's, from the pass's reductions:
-    collector/windowgroups.py); `count` is their number, known without loading them."""
+    read (a pass that derived its business types from sums keeps no per-series cells); `count`
+    is their number, known without loading them."""
 
     def __init__(
         self,
@@ -339,11 +309,9 @@ class LazyGroups(Sequence[GroupStats]):
         window_seconds: float,
         load: Callable[[], list[Member]] | None = None,
         count: int | None = None,
-        derive_all: Callable[[], tuple[GroupStats, ...]] | None = None,
     ) -> None:
         self._members = members  # sorted
         self._load = load
-        self._derive_all = derive_all
         self._count = len(members) if count is None else count
         self._window_seconds = window_seconds
         self._groups: tuple[GroupStats, ...] | None = None
@@ -352,14 +320,11 @@ class LazyGroups(Sequence[GroupStats]):
     def resolve(self) -> tuple[GroupStats, ...]:
         with self._lock:
             if self._groups is None:
-                if self._derive_all is not None:
-                    self._groups = self._derive_all()
-                else:
-                    members = self._load() if self._load is not None else self._members
-                    self._groups = tuple(
-                        GroupStats(t, m, bt, derive(cells, self._window_seconds)) for t, m, bt, cells in members
-                    )
-                self._members, self._load, self._derive_all = [], None, None  # what they read is no longer needed
+                members = self._load() if self._load is not None else self._members
+                self._groups = tuple(
+                    GroupStats(t, m, bt, derive(cells, self._window_seconds)) for t, m, bt, cells in members
+                )
+                self._members, self._load = [], None  # the cells are no longer needed
             return self._groups
 
     def __len__(self) -> int:
@@ -460,12 +425,11 @@ def build_report_from_sums(
     end_unix: int,
     business_type_of: Callable[[str, str], str | None],
     all_cells: Callable[[], Iterable[SeriesCell]],
-    derive_groups: Callable[[], tuple[GroupStats, ...]] | None = None,
 ) -> ServingReport:
     """The report of a derive pass from the window's counters and gauges reduced per business
     type and its histograms summed per business type (collector/analytics/histsums.py): the
     same business-type figures as `build_report` of every cell; the (target, model) groups are
-    derived when first read, by `derive_groups` or from `all_cells()`."""
+    derived from `all_cells()` when first read."""
     types = []
     for btype in sorted(scalars.types.keys() | histograms.keys()):
         scope = scalars.types.get(btype) or ScopeScalars()
@@ -474,13 +438,7 @@ def build_report_from_sums(
             scope.add(sc.target, sc.ident, sc.unit, sc.cell)
             by_metric[sc.ident.key.metric].append(sc)
         types.append(BusinessStats(btype, derive_scope(scope, by_metric, window_seconds)))
-    groups = LazyGroups(
-        [],
-        window_seconds,
-        load=lambda: place(all_cells(), business_type_of)[0],
-        count=scalars.groups,
-        derive_all=derive_groups,
-    )
+    groups = LazyGroups([], window_seconds, load=lambda: place(all_cells(), business_type_of)[0], count=scalars.groups)
     return ServingReport(window_seconds, start_unix, end_unix, groups, tuple(types))
 
 
