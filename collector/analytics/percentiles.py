@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 class QuantileEstimate(NamedTuple):
     """A quantile and the bounds of the bucket it fell in (a named tuple: the fleet view makes
-    tens of thousands of them per read, a frozen dataclass took four times as long to build)."""
+    tens of thousands of them per read, a frozen dataclass took three times as long to build)."""
 
     quantile: float
     value: float
