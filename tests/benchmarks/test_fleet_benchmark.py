@@ -18,7 +18,10 @@ LLMSLO_FLEET_SECONDS with /metrics fetched every 13 s and the fleet view every 2
 (LLMSLO_FLEET_VIEW_EVERY sets another period: a slow dashboard; their cost is in llmslo's CPU),
 and Prometheus asked the same fleet view in PromQL at the same times (per target and model: the
 histograms' quantiles, counts and means, the counters' increases and the gauges over the window;
-LLMSLO_FLEET_PROM_READERS=0 leaves it without a reader). Each phase prints its own ratio.
+LLMSLO_FLEET_PROM_READERS=0 leaves it without a reader). Each phase prints its own ratio;
+LLMSLO_FLEET_SEGMENT_SECONDS=S also prints the quiet phase's ratio, RSS and job timings every S
+seconds as it runs (for a phase long enough to fill the 1h window: 4200 s and more; each such line
+reads llmslo's /metrics once, for the job timings).
 
 LLMSLO_FLEET_SHARDS=K (PostgreSQL) runs K sharded collectors (README, "Sharded collectors"), each
 scraping its shard of the targets and all evaluating the fleet's SLOs: CPU, RSS and scrapes are
@@ -385,9 +388,29 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
             # so its CPU is the scraping and the derived views, evaluation and drift every pass
             q_ours, q_prom, q_ok = ours_cpu(), cpu_seconds(prom.pid) if prometheus else 0.0, ours_scrapes()[0]
             q_ps, q_t0 = prometheus_scrapes(prom_base) if prometheus else 0.0, time.monotonic()
+            # LLMSLO_FLEET_SEGMENT_SECONDS: in a long quiet phase (past the 1h window's first hour),
+            # each segment's own CPU per scrape and RSS, printed as it ends, to show the trend
+            segment = float(os.environ.get("LLMSLO_FLEET_SEGMENT_SECONDS", "0"))
+            seg = (time.monotonic(), q_ours, q_prom, q_ok, q_ps)
             while time.monotonic() - q_t0 < quiet:
                 time.sleep(min(13.0, quiet - (time.monotonic() - q_t0)))
                 rss.append(ours_rss())
+                if segment and time.monotonic() - seg[0] >= segment:
+                    now_cpu, now_ok = ours_cpu(), ours_scrapes()[0]
+                    now_prom = cpu_seconds(prom.pid) if prometheus else 0.0
+                    now_ps = prometheus_scrapes(prom_base) if prometheus else 0.0
+                    ours_seg = (now_cpu - seg[1]) / max(now_ok - seg[3], 1) * 1000
+                    prom_seg = (now_prom - seg[2]) / max(now_ps - seg[4], 1) * 1000 if prometheus else float("nan")
+                    at, span = time.monotonic() - q_t0, time.monotonic() - seg[0]
+                    timings = sorted(job_timings(base).items())
+                    print(
+                        f"\n  quiet phase at {at:.0f} s: the last {span:.0f} s llmslo {ours_seg:.2f} ms per scrape "
+                        f"({now_ok - seg[3]:.0f} scrapes), prometheus {prom_seg:.2f} ms, ratio "
+                        f"{ours_seg / prom_seg:.2f}x; RSS {rss[-1]:.0f} MiB; jobs (mean, last): "
+                        + ", ".join(f"{j} {m * 1000:.0f}/{la * 1000:.0f} ms" for j, (m, la) in timings),
+                        flush=True,
+                    )
+                    seg = (time.monotonic(), now_cpu, now_prom, now_ok, now_ps)
             quiet_elapsed = time.monotonic() - q_t0
             quiet_done = ours_scrapes()[0] - q_ok
             quiet_ms = (ours_cpu() - q_ours) / max(quiet_done, 1) * 1000
