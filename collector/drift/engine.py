@@ -83,10 +83,16 @@ Group = tuple[str, str]  # (business type, tenant or "" for the engine view of a
 Minutes = dict[Group, dict[int, dict[str, Population]]]
 
 
+SIGNAL_OF_METRIC = {metric: signal for signal, (metric, _unit) in HIST_SIGNALS.items()}
+
+
 def engine_minutes(rows: Iterable[Row], place: Callable[[str, str], str | None]) -> Minutes:
-    """Per business type and minute (hour cells count at their hour's start), each signal's population."""
+    """Per business type and minute (hour cells count at their hour's start), each signal's
+    population. Each row is added where it belongs without a Population of its own: a drift
+    pass at a thousand targets reads ~30,000 rows (the settled minute and the two open ones)."""
     out: Minutes = defaultdict(lambda: defaultdict(dict))
     placed: dict[tuple[str, str], str | None] = {}
+    reasons: dict[tuple[tuple[str, str], ...], str] = {}  # request_success's labels -> its reason
     for r in rows:
         ident, cell = r.cell.ident, r.cell.cell
         key = (r.cell.target, ident.key.model)
@@ -97,25 +103,36 @@ def engine_minutes(rows: Iterable[Row], place: Callable[[str, str], str | None])
             continue
         signals = out[(bt, ALL_TENANTS)][r.start_unix]
         metric = ident.key.metric
-        if ident.kind is Kind.HISTOGRAM and cell.buckets is not None:
-            for signal, (m, _unit) in HIST_SIGNALS.items():
-                if m == metric:
-                    counts = decumulate(cell.buckets)
-                    pop = signals.setdefault(signal, Population())
-                    pop.add(Population(hist={ident.bounds: counts}, total=cell.sum, events=cell.value))
-        elif ident.kind is Kind.COUNTER and cell.value > 0:
+        kind = ident.kind
+        if kind is Kind.HISTOGRAM:
+            signal = SIGNAL_OF_METRIC.get(metric)
+            if signal is None or cell.buckets is None:
+                continue
+            pop = signals.get(signal)
+            if pop is None:
+                pop = signals[signal] = Population()
+            add_counts(pop.hist, ident.bounds, decumulate(cell.buckets))
+            pop.total += cell.sum
+            pop.events += cell.value
+        elif kind is Kind.COUNTER and cell.value > 0:
+            value = cell.value
             if metric == "request_success":
-                reason = dict(ident.key.labels).get("finished_reason", "unknown")
-                signals.setdefault("finish_reason", Population()).add(
-                    Population(cats={reason: cell.value}, events=cell.value)
-                )
-                signals.setdefault("model_mix", Population()).add(
-                    Population(cats={ident.key.model: cell.value}, events=cell.value)
-                )
-            elif metric == "prefix_cache_hits":
-                signals.setdefault("prefix_cache", Population()).add(Population(cats={"hit": cell.value}))
-            elif metric == "prefix_cache_queries":
-                signals.setdefault("prefix_cache", Population()).add(Population(cats={"queried": cell.value}))
+                labels = ident.key.labels
+                reason = reasons.get(labels)
+                if reason is None:
+                    reason = reasons[labels] = dict(labels).get("finished_reason", "unknown")
+                for signal, category in (("finish_reason", reason), ("model_mix", ident.key.model)):
+                    pop = signals.get(signal)
+                    if pop is None:
+                        pop = signals[signal] = Population()
+                    pop.cats[category] = pop.cats.get(category, 0.0) + value
+                    pop.events += value
+            elif metric == "prefix_cache_hits" or metric == "prefix_cache_queries":
+                pop = signals.get("prefix_cache")
+                if pop is None:
+                    pop = signals["prefix_cache"] = Population()
+                category = "hit" if metric == "prefix_cache_hits" else "queried"
+                pop.cats[category] = pop.cats.get(category, 0.0) + value
     for minutes in out.values():  # hits / queried tokens -> hit / miss shares; events = requests
         for signals in minutes.values():
             pc = signals.get("prefix_cache")

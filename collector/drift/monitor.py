@@ -33,7 +33,15 @@ SETTLE_SECONDS = 180  # minutes older than this are complete (late spans, the la
 # been committed (spans later than this count from the next reference on, not in this window)
 RECENT_SETTLE_SECONDS = 60
 OPEN_METRICS = frozenset(DRIFT_METRICS)
-FULL_REBUILD_SECONDS = 3600  # a whole re-read this often: busiest tenants re-chosen, corrections seen
+# the spans' part of the reference is read whole again this often: the busiest tenants chosen
+# again, late spans seen. The engines' minutes are not: once settled they never change (a scrape's
+# rows are written with its minute; a scrape whose write failed is counted in a later minute), and
+# a day of a thousand targets' rows is ~16 million, minutes of CPU to read again every hour.
+FULL_REBUILD_SECONDS = 3600
+# the engines' rows are read this many seconds at a time (and reduced to their business types'
+# minutes before the next piece): the whole day of a first build at a thousand targets held
+# gigabytes of rows at once
+READ_CHUNK_SECONDS = 600
 
 ReadRows = Callable[[int, int, Sequence[str]], Sequence[Row]]
 # The engine rows of the minutes still being written, from the scrapers' memory (as stored);
@@ -104,8 +112,10 @@ class DriftMonitor:
         self.reference: Reference | None = None
         # The reference's minutes, kept between rebuilds: a rebuild reads only the minutes not
         # held yet (those that entered the reference since the last one) and drops those that
-        # left it, instead of re-reading the whole reference (a day of every target's rows).
+        # left it, instead of re-reading the whole reference (a day of every target's rows). The
+        # engines' and the spans' apart: only the spans' are read whole again (FULL_REBUILD_SECONDS).
         self.held = HeldMinutes()
+        self.held_spans = HeldMinutes()
         self.full_read_unix: float | None = None
         # the current window's (and the dating half hour's) settled minutes, likewise kept
         self.recent = HeldMinutes()
@@ -115,23 +125,37 @@ class DriftMonitor:
         self.lock = threading.Lock()
 
     def _minutes(self, start: int, end: int, pick_tenants: bool = False, open_rows: bool = False) -> Minutes:
-        """Every group's minutes of [start, end): the engines' from the store (or, with
-        `open_rows`, from the scrapers' memory when it can answer), the spans' from the store."""
-        rows = self.read_open(start, end, OPEN_METRICS) if open_rows and self.read_open is not None else None
-        if rows is None:
-            rows = self.read_rows(start, end, DRIFT_METRICS)
-        minutes = engine_minutes(rows, self.place)
-        if self.config.tenants:
-            requests = self.read_requests(start, end)
-            if pick_tenants:  # the busiest tenants of the reference, at most top_tenants of them
-                volume: dict[str, int] = {}
-                for key, cell in requests:
-                    volume[key.tenant] = volume.get(key.tenant, 0) + cell.total
-                busy = [t for t in volume if volume[t] >= self.config.min_events]
-                self.tenants = set(sorted(busy, key=lambda t: (-volume[t], t))[: self.top_tenants])
-            for group, by_minute in span_minutes(requests, self.tenants).items():
-                minutes[group] = by_minute
+        """Every group's minutes of [start, end): the engines' and the spans' (`_engines`, `_spans`)."""
+        minutes = self._engines(start, end, open_rows)
+        minutes.update(self._spans(start, end, pick_tenants))  # (business type, tenant): never an engine's group
         return minutes
+
+    def _engines(self, start: int, end: int, open_rows: bool = False) -> Minutes:
+        """Each business type's engine minutes of [start, end): from the store, READ_CHUNK_SECONDS
+        at a time, or with `open_rows` from the scrapers' memory when it can answer."""
+        rows = self.read_open(start, end, OPEN_METRICS) if open_rows and self.read_open is not None else None
+        if rows is not None:
+            return engine_minutes(rows, self.place)
+        minutes: Minutes = {}
+        for lo in range(start, end, READ_CHUNK_SECONDS):
+            piece = self.read_rows(lo, min(end, lo + READ_CHUNK_SECONDS), DRIFT_METRICS)
+            for group, by_minute in engine_minutes(piece, self.place).items():
+                minutes.setdefault(group, {}).update(by_minute)  # a row's minute is in one piece
+        return minutes
+
+    def _spans(self, start: int, end: int, pick_tenants: bool = False) -> Minutes:
+        """The busiest tenants' span minutes of [start, end) (none unless `drift.tenants`); with
+        `pick_tenants`, the busiest are chosen again from these, at most top_tenants of them."""
+        if not self.config.tenants:
+            return {}
+        requests = self.read_requests(start, end)
+        if pick_tenants:
+            volume: dict[str, int] = {}
+            for key, cell in requests:
+                volume[key.tenant] = volume.get(key.tenant, 0) + cell.total
+            busy = [t for t in volume if volume[t] >= self.config.min_events]
+            self.tenants = set(sorted(busy, key=lambda t: (-volume[t], t))[: self.top_tenants])
+        return span_minutes(requests, self.tenants)
 
     def build(self, start: int, end: int, window: int, now: float) -> Reference:
         """A reference over [start, end) with thresholds for `window` (what `drift pin` stores)."""
@@ -158,18 +182,21 @@ class DriftMonitor:
         return out
 
     def _hold(self, ranges: list[tuple[int, int]], now: float) -> int:
-        """Bring the held minutes up to `ranges`: read the minutes missing (all of them on a full
-        read, choosing the busiest tenants again), drop those outside. Returns minutes read."""
+        """Bring the held minutes up to `ranges`: read the minutes missing (the spans' all of them
+        on a full read, choosing the busiest tenants again), drop those outside. Returns the
+        engines' minutes read."""
         full = self.full_read_unix is None or not 0 <= now - self.full_read_unix < FULL_REBUILD_SECONDS
         if full:
-            self.held, self.full_read_unix = HeldMinutes(), now
+            self.held_spans, self.full_read_unix = HeldMinutes(), now
         wanted = {m for lo, hi in ranges for m in range(lo - lo % MINUTE_SECONDS, hi, MINUTE_SECONDS)}
         self.held.keep(wanted.__contains__)  # what left the reference
+        self.held_spans.keep(wanted.__contains__)
         settled = int(now) - SETTLE_SECONDS
         read = 0
         for i, (lo, hi) in enumerate(ranges):
+            read += self.held.fill(lo, hi, settled, self._engines)
             pick = full and i == 0  # a full read chooses the busiest tenants from the first range
-            read += self.held.fill(lo, hi, settled, partial(self._minutes, pick_tenants=pick))
+            self.held_spans.fill(lo, hi, settled, partial(self._spans, pick_tenants=pick))
         return read
 
     def evaluate(self, now: float) -> list[Finding]:
@@ -197,7 +224,7 @@ class DriftMonitor:
         if stale:
             started = time.perf_counter()
             read = self._hold(ranges, now)
-            ref = build_reference(self.held.minutes, ranges, window, c.min_events, now)
+            ref = build_reference({**self.held.minutes, **self.held_spans.minutes}, ranges, window, c.min_events, now)
             self.reference = ref
             log.info("drift reference rebuilt over %d range(s) in %.2f s (%d minutes read)", len(ranges),
                      time.perf_counter() - started, read)  # fmt: skip

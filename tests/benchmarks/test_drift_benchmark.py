@@ -2,9 +2,11 @@
 history (LLMSLO_DRIFT_TARGETS targets, default 100, a day of minute rollups of every drift
 series), at 8 window lengths, through `DriftMonitor.evaluate` as the running collector calls it.
 
-Side by side in the same run: the first reference build (a whole day read), the next rebuild
-one `drift.refresh` (10 minutes) later with the reference's minutes kept, the steady pass per
-window, and the plain read of the same window's rows that a pass builds on.
+Side by side in the same run: the first reference build (a whole day read, and the peak memory
+it takes above what the process held before it), the next rebuild one `drift.refresh` (10 minutes)
+later with the reference's minutes kept, the rebuild an hour later (a whole re-read of the day
+until session 26), the steady pass per window, and the plain read of the same window's rows that a
+pass builds on. LLMSLO_DRIFT_WINDOWS (e.g. "5m") runs only those windows.
 
 Run: .venv/bin/python -m pytest tests/benchmarks/test_drift_benchmark.py -s
 """
@@ -67,6 +69,18 @@ def fill(rt: Runtime, hours: int, now: float) -> int:
     return written
 
 
+def peak_rss_reset() -> None:
+    """Reset this process's peak resident size (VmHWM), so that the next reading is the peak since."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def rss_mib(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def test_drift_evaluation_cost(tmp_path: Path) -> None:
     n = int(os.environ.get("LLMSLO_DRIFT_TARGETS", "100"))
     hours = 26  # the 24 h trailing reference and the windows after it
@@ -82,16 +96,19 @@ def test_drift_evaluation_cost(tmp_path: Path) -> None:
     started = time.perf_counter()
     rows = fill(rt, hours, now)
     print(f"\n{n} targets, {rows:,} minute rollups written in {time.perf_counter() - started:.0f} s")
-    print(f"{'window':>7}{'read (baseline)':>17}{'pass':>9}{'ratio':>7}{'rebuild':>10}{'signals':>9}"
-          f"{'next rebuild (kept)':>21}")  # fmt: skip
+    print(f"{'window':>7}{'read (baseline)':>17}{'pass':>9}{'ratio':>7}{'rebuild':>10}{'its peak':>10}{'signals':>9}"
+          f"{'next rebuild (kept)':>21}{'an hour later':>15}")  # fmt: skip
     total_pass = total_read = 0.0
-    for window in WINDOWS:
+    for window in os.environ.get("LLMSLO_DRIFT_WINDOWS", ",".join(WINDOWS)).split(","):
         settings = Settings.model_validate({**base, "drift": {"tenants": False, "window": window, "min_events": 20}})
         monitor = Runtime(settings, rt.store).drift
         assert monitor is not None
+        before = rss_mib("VmRSS")
+        peak_rss_reset()
         t0 = time.perf_counter()
         found = monitor.evaluate(now)  # builds the reference
         rebuild = time.perf_counter() - t0
+        peak = rss_mib("VmHWM") - before
         passes, reads = [], []
         for k in range(3):
             t0 = time.perf_counter()
@@ -106,11 +123,16 @@ def test_drift_evaluation_cost(tmp_path: Path) -> None:
         t0 = time.perf_counter()
         monitor.evaluate(now + settings.drift.refresh)
         kept = time.perf_counter() - t0
+        # an hour after the first build: the 60 minutes that entered the reference are read (empty
+        # here); until session 26 the whole day was read again, to choose the busiest tenants
+        t0 = time.perf_counter()
+        monitor.evaluate(now + 3600)
+        hour = time.perf_counter() - t0
         p, r = statistics.median(passes), statistics.median(reads)
         total_pass += p
         total_read += r
         assert len(found) >= TYPES * 6  # every business type's signals were judged
-        print(f"{window:>7}{r * 1000:>15.0f}ms{p * 1000:>7.0f}ms{p / r:>7.1f}{rebuild:>9.1f}s{len(found):>9}"
-              f"{kept:>20.2f}s")  # fmt: skip
+        print(f"{window:>7}{r * 1000:>15.0f}ms{p * 1000:>7.0f}ms{p / r:>7.1f}{rebuild:>9.1f}s{peak:>6.0f} MiB"
+              f"{len(found):>9}{kept:>20.2f}s{hour:>14.2f}s")  # fmt: skip
     print(f"{'8 windows':>7}{total_read * 1000:>15.0f}ms{total_pass * 1000:>7.0f}ms{total_pass / total_read:>7.1f}")
     rt.store.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,12 +15,15 @@ import pytest
 import yaml
 
 from collector.config import Settings
+from collector.drift import monitor as monitor_module
 from collector.drift.engine import Finding
 from collector.drift.monitor import DriftMonitor
+from collector.rollup import Row
 from collector.runtime import Runtime
 from collector.sim.fastclock import SpanWriter, run_into_store, targets_for
 from collector.sim.scenario import parse_scenario
 from collector.store.repository import Store
+from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.store import read_requests
 
 SCENARIO = """\
@@ -221,6 +225,26 @@ def test_a_pinned_baseline_is_stored_by_the_command_and_judges_later_windows(tmp
     assert missing.drift is not None and missing.drift.evaluate(t0 + SHIFT_AT + 240) == []
 
 
+def same_reference(kept: DriftMonitor, fresh: DriftMonitor) -> None:
+    """Two monitors' references and findings are the same (totals, calibrated thresholds, tenants)."""
+    a, b = kept.reference, fresh.reference
+    assert a is not None and b is not None and (a.start, a.end) == (b.start, b.end)
+    assert a.totals.keys() == b.totals.keys() and a.thresholds.keys() == b.thresholds.keys()
+    assert any(tenant for (_bt, tenant), _signal in a.totals), "no tenant judged"
+    for key, pop in b.totals.items():
+        assert (a.totals[key].events, a.totals[key].cats, a.totals[key].hist) == (pop.events, pop.cats, pop.hist)
+        assert a.thresholds[key].psi == pytest.approx(b.thresholds[key].psi, rel=1e-9), key
+    assert [f.summary for f in kept.latest] == [f.summary for f in fresh.latest]
+
+
+def counted(monitor: DriftMonitor) -> list[int]:
+    """The engines' minutes each of `monitor`'s rebuilds reads (what its `_hold` returns)."""
+    minutes_read: list[int] = []
+    held = monitor._hold
+    monitor._hold = lambda ranges, now: minutes_read.append(held(ranges, now)) or minutes_read[-1]  # type: ignore[method-assign]
+    return minutes_read
+
+
 def test_the_reference_kept_between_rebuilds_equals_a_whole_re_read(tmp_path: Path) -> None:
     """The running monitor keeps its reference's minutes and reads only those that entered it
     since the last rebuild; each rebuilt reference (totals and calibrated thresholds, tenants
@@ -238,23 +262,55 @@ def test_the_reference_kept_between_rebuilds_equals_a_whole_re_read(tmp_path: Pa
         )
 
     kept = monitor()
-    held = kept._hold
-    minutes_read: list[int] = []
-    kept._hold = lambda ranges, now: minutes_read.append(held(ranges, now)) or minutes_read[-1]  # type: ignore[method-assign]
+    minutes_read = counted(kept)
     for now in range(int(t0) + 26 * 60 + 30, int(t0) + 45 * 60, 150):
         kept.evaluate(float(now))
         fresh = monitor()
         fresh.evaluate(float(now))
-        a, b = kept.reference, fresh.reference
-        assert a is not None and b is not None and (a.start, a.end) == (b.start, b.end)
-        assert a.totals.keys() == b.totals.keys() and a.thresholds.keys() == b.thresholds.keys()
-        assert any(tenant for (_bt, tenant), _signal in a.totals), "no tenant judged"
-        for key, pop in b.totals.items():
-            assert (a.totals[key].events, a.totals[key].cats, a.totals[key].hist) == (pop.events, pop.cats, pop.hist)
-            assert a.thresholds[key].psi == pytest.approx(b.thresholds[key].psi, rel=1e-9), key
-        assert [f.summary for f in kept.latest] == [f.summary for f in fresh.latest]
+        same_reference(kept, fresh)
     assert any(f.drifted for f in kept.latest), "the shift is judged from the kept reference too"
     # the first rebuild reads the whole 25-minute reference; each later one the 2.5 minutes that
     # entered it and the 3 that had not settled yet
     print(f"\nminutes read per rebuild: {minutes_read}")
     assert minutes_read[0] == 25 and max(minutes_read[1:]) <= 6, minutes_read
+
+
+def test_full_rebuilds_read_the_spans_again_and_the_engines_in_pieces_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every FULL_REBUILD_SECONDS the spans' part of the reference is read whole again (the
+    busiest tenants chosen again, late spans seen); the engines' settled minutes are read once,
+    READ_CHUNK_SECONDS at a time (a day of a thousand targets' rows was ~16 million, read whole
+    every hour), and every rebuilt reference still equals a fresh monitor's."""
+    monkeypatch.setattr(monitor_module, "FULL_REBUILD_SECONDS", 300.0)
+    monkeypatch.setattr(monitor_module, "READ_CHUNK_SECONDS", 240)
+    shift = f"{{kind: prompt_drift, start: {SHIFT_AT}s, duration: 10m, target: chat, factor: 3.6}}"
+    rt, t0, _ = run(tmp_path, shift, 45, every=1e9, spans=True)
+    config = rt.settings.drift.model_copy(update={"refresh": 120.0, "tenants": True, "min_events": 50})
+    engine_reads: list[tuple[int, int]] = []
+    span_reads: list[tuple[int, int]] = []
+
+    def monitor(record: bool) -> DriftMonitor:
+        def rows(lo: int, hi: int, metrics: Sequence[str]) -> Sequence[Row]:
+            if record:
+                engine_reads.append((lo, hi))
+            return rt.store.read_rows(lo, hi, metrics=metrics)
+
+        def requests(lo: int, hi: int) -> Sequence[tuple[RequestKey, RequestCell]]:
+            if record:
+                span_reads.append((lo, hi))
+            return read_requests(rt.store, lo, hi)
+
+        return DriftMonitor(config, rows, requests, rt.business_type_of)
+
+    kept = monitor(record=True)
+    minutes_read = counted(kept)
+    for now in range(int(t0) + 26 * 60 + 30, int(t0) + 45 * 60, 150):
+        kept.evaluate(float(now))
+        fresh = monitor(record=False)
+        fresh.evaluate(float(now))
+        same_reference(kept, fresh)
+    assert max(hi - lo for lo, hi in engine_reads) <= 240, "the engines' rows are read in pieces"
+    assert minutes_read[0] == 25 and max(minutes_read[1:]) <= 6, minutes_read  # never the whole reference again
+    whole = [r for r in span_reads if r[1] - r[0] >= 25 * 60]
+    assert len(whole) >= 3, span_reads  # the spans' reference read whole at the start and every 300 s
