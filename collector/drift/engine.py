@@ -133,14 +133,20 @@ def engine_minutes(rows: Iterable[Row], place: Callable[[str, str], str | None])
                     pop = signals["prefix_cache"] = Population()
                 category = "hit" if metric == "prefix_cache_hits" else "queried"
                 pop.cats[category] = pop.cats.get(category, 0.0) + value
-    for minutes in out.values():  # hits / queried tokens -> hit / miss shares; events = requests
-        for signals in minutes.values():
+    prefix_cache_shares(out)
+    return out
+
+
+def prefix_cache_shares(minutes: Minutes) -> None:
+    """Each minute's prefix-cache counts (hit and queried tokens) as hit and miss shares, with
+    the minute's requests as its events (in place)."""
+    for by_minute in minutes.values():
+        for signals in by_minute.values():
             pc = signals.get("prefix_cache")
             if pc is not None:
                 hit, queried = pc.cats.get("hit", 0.0), pc.cats.get("queried", 0.0)
                 pc.cats = {"hit": min(hit, queried), "miss": max(0.0, queried - hit)}
                 pc.events = signals["finish_reason"].events if "finish_reason" in signals else 0.0
-    return out
 
 
 def span_minutes(rows: Iterable[tuple[RequestKey, RequestCell]], tenants: set[str] | None = None) -> Minutes:

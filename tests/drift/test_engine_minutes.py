@@ -11,7 +11,14 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.drift.engine import ALL_TENANTS, HIST_SIGNALS, Minutes, Population, engine_minutes
+from collector.drift.engine import (
+    ALL_TENANTS,
+    HIST_SIGNALS,
+    Minutes,
+    Population,
+    engine_minutes,
+    prefix_cache_shares,
+)
 from collector.drift.stats import decumulate
 from collector.rollup import Cell, Row, SeriesCell, SeriesIdent
 from collector.sources.vllm import Kind, SeriesKey
@@ -77,13 +84,7 @@ def merged_row_by_row(found: list[Row]) -> Minutes:
                 adds.append(("prefix_cache", Population(cats={"queried": cell.value})))
         for signal, pop in adds:
             signals.setdefault(signal, Population()).add(pop)
-    for minutes in out.values():
-        for signals in minutes.values():
-            pc = signals.get("prefix_cache")
-            if pc is not None:
-                hit, queried = pc.cats.get("hit", 0.0), pc.cats.get("queried", 0.0)
-                pc.cats = {"hit": min(hit, queried), "miss": max(0.0, queried - hit)}
-                pc.events = signals["finish_reason"].events if "finish_reason" in signals else 0.0
+    prefix_cache_shares(out)  # the same last step: what is compared is the merge of the rows
     return out
 
 
