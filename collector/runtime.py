@@ -75,7 +75,13 @@ from collector.store.committer import GroupCommitter
 from collector.store.repository import ScrapeCommit, Store, merge_window
 from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.service import TraceIngest
-from collector.traces.store import compact_requests, expire_span_ids, first_request_unix, read_requests
+from collector.traces.store import (
+    compact_requests,
+    expire_span_ids,
+    first_request_unix,
+    read_requests,
+    request_volumes,
+)
 from collector.traces.summary import RequestSummary, summarize
 from collector.windowcells import (
     Kept,
@@ -188,7 +194,8 @@ class Runtime:
             DriftMonitor(
                 settings.drift,
                 lambda lo, hi, metrics: self.store.read_rows(lo, hi, metrics=metrics),
-                lambda lo, hi: read_requests(self.store, lo, hi),
+                lambda lo, hi, tenants: read_requests(self.store, lo, hi, tenants=tenants),
+                lambda lo, hi: request_volumes(self.store, lo, hi),
                 self.business_type_of,
                 settings.traces.top_tenants,
                 lambda name: fetch_baseline(self.store, name),

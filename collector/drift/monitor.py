@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -42,12 +42,18 @@ FULL_REBUILD_SECONDS = 3600
 # minutes before the next piece): the whole day of a first build at a thousand targets held
 # gigabytes of rows at once
 READ_CHUNK_SECONDS = 600
+# the spans' cells are read an hour at a time, on the hour: a cell compacted into an hour lies
+# wholly inside one piece exactly when it lies wholly inside the range (read_requests' rule)
+SPAN_CHUNK_SECONDS = 3600
 
 ReadRows = Callable[[int, int, Sequence[str]], Sequence[Row]]
 # The engine rows of the minutes still being written, from the scrapers' memory (as stored);
 # None when memory cannot answer for [start, end) (then the store is read).
 ReadOpen = Callable[[int, int, frozenset[str]], Sequence[Row] | None]
-ReadRequests = Callable[[int, int], Sequence[tuple[RequestKey, RequestCell]]]
+# The span cells of [start, end) of the given tenants (all of them with None)
+ReadRequests = Callable[[int, int, Collection[str] | None], Sequence[tuple[RequestKey, RequestCell]]]
+# Per tenant, the requests of [start, end) (summed by the store: collector/traces/store.py)
+ReadVolumes = Callable[[int, int], Mapping[str, float]]
 
 
 def reference_ranges(config: DriftConfig, start: int, end: int) -> list[tuple[int, int]]:
@@ -94,6 +100,7 @@ class DriftMonitor:
         config: DriftConfig,
         read_rows: ReadRows,
         read_requests: ReadRequests,
+        read_volumes: ReadVolumes,
         place: Callable[[str, str], str | None],
         top_tenants: int = 20,
         fetch_pinned: Callable[[str], tuple[Reference, int] | None] | None = None,
@@ -103,6 +110,7 @@ class DriftMonitor:
         self.read_rows = read_rows
         self.read_open = read_open
         self.read_requests = read_requests
+        self.read_volumes = read_volumes
         self.place = place
         self.top_tenants = top_tenants
         self.fetch_pinned = fetch_pinned
@@ -145,17 +153,25 @@ class DriftMonitor:
 
     def _spans(self, start: int, end: int, pick_tenants: bool = False) -> Minutes:
         """The busiest tenants' span minutes of [start, end) (none unless `drift.tenants`); with
-        `pick_tenants`, the busiest are chosen again from these, at most top_tenants of them."""
+        `pick_tenants`, the busiest are chosen again first, at most top_tenants of them, from
+        each tenant's requests summed by the store. Only their cells are read, an hour at a time:
+        a day of a large gateway's cells (a million and more) was read into memory at once."""
         if not self.config.tenants:
             return {}
-        requests = self.read_requests(start, end)
         if pick_tenants:
-            volume: dict[str, int] = {}
-            for key, cell in requests:
-                volume[key.tenant] = volume.get(key.tenant, 0) + cell.total
+            volume = self.read_volumes(start, end)
             busy = [t for t in volume if volume[t] >= self.config.min_events]
             self.tenants = set(sorted(busy, key=lambda t: (-volume[t], t))[: self.top_tenants])
-        return span_minutes(requests, self.tenants)
+        minutes: Minutes = {}
+        if not self.tenants:
+            return minutes
+        lo = start
+        while lo < end:
+            hi = min(end, lo - lo % SPAN_CHUNK_SECONDS + SPAN_CHUNK_SECONDS)
+            for group, by_minute in span_minutes(self.read_requests(lo, hi, self.tenants), self.tenants).items():
+                minutes.setdefault(group, {}).update(by_minute)  # a cell's minute is in one piece
+            lo = hi
+        return minutes
 
     def build(self, start: int, end: int, window: int, now: float) -> Reference:
         """A reference over [start, end) with thresholds for `window` (what `drift pin` stores)."""

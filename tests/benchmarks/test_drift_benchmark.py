@@ -14,20 +14,27 @@ Run: .venv/bin/python -m pytest tests/benchmarks/test_drift_benchmark.py -s
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from collector.config import Settings
-from collector.drift.engine import DRIFT_METRICS
+from collector.drift.engine import DRIFT_METRICS, current_bounds
+from collector.drift.monitor import reference_ranges
 from collector.rollup import MINUTE_SECONDS, period_start
 from collector.runtime import Runtime
 from collector.sim.exposition import EngineMetrics, render
 from collector.store.repository import _rollup_params, upsert_rollups
+from collector.store.tables import request_rollups
+from collector.traces.normalize import RequestRecord
+from collector.traces.rollup import RequestCell
+from collector.traces.store import read_requests
 
 pytestmark = pytest.mark.benchmark
 TYPES = 13
@@ -138,4 +145,105 @@ def test_drift_evaluation_cost(tmp_path: Path) -> None:
         print(f"{window:>7}{r * 1000:>15.0f}ms{p * 1000:>7.0f}ms{p / r:>7.1f}{rebuild:>9.1f}s{peak:>6.0f} MiB"
               f"{len(found):>9}{kept:>20.2f}s{hour:>14.2f}s")  # fmt: skip
     print(f"{'8 windows':>7}{total_read * 1000:>15.0f}ms{total_pass * 1000:>7.0f}ms{total_pass / total_read:>7.1f}")
+    rt.store.close()
+
+
+def fill_spans(rt: Runtime, tenants: int, hours: int, now: float) -> int:
+    """`hours` of gateway request cells for `tenants` tenants a minute in one business type (a
+    large gateway: `traces.max_tenants_per_minute` is 1,000), as the trace ingestion stores them."""
+    rng = random.Random(3)
+    templates = []
+    for k in range(20):  # tenants of 20 sizes: each tenant's cells are one of these
+        cell = RequestCell()
+        records = [
+            RequestRecord(
+                b"t" * 16,
+                b"s" * 8,
+                now - 2,
+                now,
+                "gateway",
+                "m",
+                "type_0",
+                "x",
+                int(rng.lognormvariate(5.3, 0.5)),
+                int(rng.lognormvariate(4.8, 0.5)),
+                None,
+                0.3,
+                0.02,
+                2.0,
+                None,
+                "stop",
+                "",
+            )
+            for _ in range(1 + k * 3)
+        ]
+        cell.add_all(records, [])
+        templates.append(json.dumps(cell.to_json(), separators=(",", ":")))
+    end = period_start(now) + MINUTE_SECONDS
+    written = 0
+    with rt.store.engine.begin() as conn:
+        rows = []
+        for t in range(end - hours * 3600, end, MINUTE_SECONDS):
+            for i in range(tenants):
+                rows.append({"start_unix": t, "period_seconds": MINUTE_SECONDS, "business_type": "type_0",
+                             "model": "m", "tenant": f"tenant-{i}", "measured_at": "gateway", "track": "",
+                             "data": templates[i % len(templates)]})  # fmt: skip
+            if len(rows) > 50_000:
+                conn.execute(request_rollups.insert(), rows)
+                written += len(rows)
+                rows = []
+        conn.execute(request_rollups.insert(), rows)
+        written += len(rows)
+    return written
+
+
+def test_drift_tenant_reference_of_a_large_gateway(tmp_path: Path) -> None:
+    """Drift per tenant over a day of a large gateway's request cells (LLMSLO_DRIFT_TENANTS a
+    minute, default 300): the first reference build and the full rebuild an hour later (the
+    busiest tenants chosen again), with the peak memory each takes, side by side with reading the
+    same day's cells at once and counting the tenants in Python, which is what a build did until
+    session 27 (the baseline)."""
+    tenants = int(os.environ.get("LLMSLO_DRIFT_TENANTS", "300"))
+    hours = int(os.environ.get("LLMSLO_DRIFT_HOURS", "26"))
+    now = time.time()
+    settings = Settings.model_validate(
+        {
+            "data_dir": str(tmp_path),
+            "targets": [{"name": "t0", "url": "http://127.0.0.1:1/0", "business_type": "type_0"}],
+            "business_types": ["type_0"],
+            "drift": {"tenants": True, "window": "5m", "min_events": 20},
+        }
+    )
+    rt = Runtime(settings)
+    started = time.perf_counter()
+    rows = fill_spans(rt, tenants, hours, now)
+    print(f"\n{tenants} tenants a minute, {rows:,} request cells written in {time.perf_counter() - started:.0f} s")
+    monitor = rt.drift
+    assert monitor is not None
+    start, _ = current_bounds(now, settings.drift.window)
+    lo, hi = reference_ranges(settings.drift, start, start + int(settings.drift.window))[0]
+
+    def measured(work: Callable[[], object]) -> tuple[float, float, object]:
+        before = rss_mib("VmRSS")
+        peak_rss_reset()
+        t0 = time.perf_counter()
+        out = work()
+        return time.perf_counter() - t0, rss_mib("VmHWM") - before, out
+
+    def whole_read() -> dict[str, float]:
+        volume: dict[str, float] = {}
+        for key, cell in read_requests(rt.store, lo, hi):
+            volume[key.tenant] = volume.get(key.tenant, 0.0) + cell.total
+        return volume
+
+    base_s, base_mib, volume = measured(whole_read)
+    build_s, build_mib, _ = measured(lambda: monitor.evaluate(now))
+    hour_s, hour_mib, _ = measured(lambda: monitor.evaluate(now + 3600))
+    busiest = set(sorted(volume, key=lambda t: (-volume[t], t))[: settings.traces.top_tenants])
+    assert monitor.tenants == busiest  # the database's sums chose the same tenants
+    assert any(tenant for (_bt, tenant), _signal in monitor.reference.totals)  # type: ignore[union-attr]
+    print(f"{'':>40}{'seconds':>10}{'peak above before':>20}")
+    print(f"{'the day read at once (baseline)':>40}{base_s:>9.1f}s{base_mib:>15.0f} MiB")
+    print(f"{'first build':>40}{build_s:>9.1f}s{build_mib:>15.0f} MiB  ({build_s / base_s:.2f}x)")
+    print(f"{'full rebuild an hour later':>40}{hour_s:>9.1f}s{hour_mib:>15.0f} MiB  ({hour_s / base_s:.2f}x)")
     rt.store.close()

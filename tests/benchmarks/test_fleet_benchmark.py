@@ -128,6 +128,16 @@ def llmslo_scrapes(base: str) -> tuple[float, float]:
     return total - failed, failed
 
 
+def skipped_slots(base: str) -> float:
+    """Scrape slots llmslo skipped since it started (a target's scrape overran its interval, or
+    the process could not keep up), from its /metrics: unlike a count of scrapes in a phase, which
+    moves with where the phase's ends fall in the targets' 15 s, a slot skipped is a scrape missed."""
+    for line in http().get(f"{base}/metrics", timeout=60).text.splitlines():
+        if line.startswith("llmslo_scrape_slots_skipped_total "):
+            return float(line.split()[1])
+    raise AssertionError("llmslo_scrape_slots_skipped_total is not on llmslo's /metrics")
+
+
 def prometheus_scrapes(base: str) -> float:
     """Scrapes Prometheus ran, from its own /metrics (it does not scrape itself here)."""
     total = 0.0
@@ -466,6 +476,7 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
             ok1, failed = ours_scrapes()
             c1, p1 = ours_cpu(), cpu_seconds(prom.pid) if prometheus else 0.0
             ps1 = prometheus_scrapes(prom_base) if prometheus else 0.0
+            skipped = sum(skipped_slots(b) for b in bases)  # after the CPU readings: it reads /metrics
             if with_rules and prometheus:
                 rules_done = prometheus_rules(prom_base)
                 print(f"\n  prometheus rules: {rules_done}")
@@ -495,7 +506,8 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
         f"  no reader, {quiet_elapsed:.0f} s before: llmslo {quiet_done:.0f} scrapes, {quiet_ms:.2f} ms per scrape; "
         f"prometheus {quiet_prom_ms:.2f} ms per scrape; ratio {quiet_ms / quiet_prom_ms:.2f}x\n"
         f"  with readers (/metrics and the fleet view, below), {elapsed:.0f} s:\n"
-        f"  llmslo:     {done:.0f}/{expected:.0f} scrapes ({done / expected:.1%}), {failed:.0f} failed in total, "
+        f"  llmslo:     {done:.0f}/{expected:.0f} scrapes ({done / expected:.1%}), "
+        f"{failed:.0f} failed and {skipped:.0f} slots skipped in total, "
         f"CPU {c1 - c0:.1f} s = {(c1 - c0) / elapsed:.0%} of a core, {ours_ms:.2f} ms per scrape\n"
         f"  prometheus: {prom_done:.0f}/{expected:.0f} scrapes, CPU {p1 - p0:.1f} s = {(p1 - p0) / elapsed:.0%} "
         f"of a core, {prom_ms:.2f} ms per scrape, "

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
-from collector.config import Settings
+from collector.config import DriftConfig, Settings
 from collector.drift import monitor as monitor_module
 from collector.drift.engine import Finding
 from collector.drift.monitor import DriftMonitor
@@ -24,7 +24,7 @@ from collector.sim.fastclock import SpanWriter, run_into_store, targets_for
 from collector.sim.scenario import parse_scenario
 from collector.store.repository import Store
 from collector.traces.rollup import RequestCell, RequestKey
-from collector.traces.store import read_requests
+from collector.traces.store import read_requests, request_volumes
 
 SCENARIO = """\
 version: v1
@@ -257,7 +257,8 @@ def test_the_reference_kept_between_rebuilds_equals_a_whole_re_read(tmp_path: Pa
         return DriftMonitor(
             config,
             lambda lo, hi, metrics: rt.store.read_rows(lo, hi, metrics=metrics),
-            lambda lo, hi: read_requests(rt.store, lo, hi),
+            lambda lo, hi, tenants: read_requests(rt.store, lo, hi, tenants=tenants),
+            lambda lo, hi: request_volumes(rt.store, lo, hi),
             rt.business_type_of,
         )
 
@@ -265,7 +266,7 @@ def test_the_reference_kept_between_rebuilds_equals_a_whole_re_read(tmp_path: Pa
     minutes_read = counted(kept)
     for now in range(int(t0) + 26 * 60 + 30, int(t0) + 45 * 60, 150):
         kept.evaluate(float(now))
-        fresh = monitor()
+        fresh = whole_reader(rt, config)
         fresh.evaluate(float(now))
         same_reference(kept, fresh)
     assert any(f.drifted for f in kept.latest), "the shift is judged from the kept reference too"
@@ -284,33 +285,56 @@ def test_full_rebuilds_read_the_spans_again_and_the_engines_in_pieces_once(
     every hour), and every rebuilt reference still equals a fresh monitor's."""
     monkeypatch.setattr(monitor_module, "FULL_REBUILD_SECONDS", 300.0)
     monkeypatch.setattr(monitor_module, "READ_CHUNK_SECONDS", 240)
+    monkeypatch.setattr(monitor_module, "SPAN_CHUNK_SECONDS", 300)
     shift = f"{{kind: prompt_drift, start: {SHIFT_AT}s, duration: 10m, target: chat, factor: 3.6}}"
     rt, t0, _ = run(tmp_path, shift, 45, every=1e9, spans=True)
     config = rt.settings.drift.model_copy(update={"refresh": 120.0, "tenants": True, "min_events": 50})
     engine_reads: list[tuple[int, int]] = []
-    span_reads: list[tuple[int, int]] = []
+    span_reads: list[tuple[int, int, frozenset[str] | None]] = []
+    volume_reads: list[tuple[int, int]] = []
 
-    def monitor(record: bool) -> DriftMonitor:
-        def rows(lo: int, hi: int, metrics: Sequence[str]) -> Sequence[Row]:
-            if record:
-                engine_reads.append((lo, hi))
-            return rt.store.read_rows(lo, hi, metrics=metrics)
+    def rows(lo: int, hi: int, metrics: Sequence[str]) -> Sequence[Row]:
+        engine_reads.append((lo, hi))
+        return rt.store.read_rows(lo, hi, metrics=metrics)
 
-        def requests(lo: int, hi: int) -> Sequence[tuple[RequestKey, RequestCell]]:
-            if record:
-                span_reads.append((lo, hi))
-            return read_requests(rt.store, lo, hi)
+    def requests(lo: int, hi: int, tenants: Collection[str] | None) -> Sequence[tuple[RequestKey, RequestCell]]:
+        span_reads.append((lo, hi, None if tenants is None else frozenset(tenants)))
+        return read_requests(rt.store, lo, hi, tenants=tenants)
 
-        return DriftMonitor(config, rows, requests, rt.business_type_of)
+    def volumes(lo: int, hi: int) -> Mapping[str, float]:
+        volume_reads.append((lo, hi))
+        return request_volumes(rt.store, lo, hi)
 
-    kept = monitor(record=True)
+    kept = DriftMonitor(config, rows, requests, volumes, rt.business_type_of)
     minutes_read = counted(kept)
     for now in range(int(t0) + 26 * 60 + 30, int(t0) + 45 * 60, 150):
         kept.evaluate(float(now))
-        fresh = monitor(record=False)
+        fresh = whole_reader(rt, config)
         fresh.evaluate(float(now))
         same_reference(kept, fresh)
     assert max(hi - lo for lo, hi in engine_reads) <= 240, "the engines' rows are read in pieces"
     assert minutes_read[0] == 25 and max(minutes_read[1:]) <= 6, minutes_read  # never the whole reference again
-    whole = [r for r in span_reads if r[1] - r[0] >= 25 * 60]
-    assert len(whole) >= 3, span_reads  # the spans' reference read whole at the start and every 300 s
+    # the busiest tenants are chosen from the whole reference's volumes, at the start and every 300 s
+    assert len([r for r in volume_reads if r[1] - r[0] >= 25 * 60]) >= 3, volume_reads
+    # the spans themselves are read in pieces on the 300 s clock, only the chosen tenants' cells
+    assert span_reads and all(lo // 300 == (hi - 1) // 300 for lo, hi, _ in span_reads), span_reads
+    assert all(tenants for _, _, tenants in span_reads), "never every tenant's cells"
+
+
+def whole_reader(rt: Runtime, config: DriftConfig) -> DriftMonitor:
+    """A monitor as drift was before its reads were chunked: every span cell of a range read at
+    once and the busiest tenants counted from them in Python (the oracle of the store's sums)."""
+
+    def volumes(lo: int, hi: int) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for key, cell in read_requests(rt.store, lo, hi):
+            out[key.tenant] = out.get(key.tenant, 0.0) + cell.total
+        return out
+
+    return DriftMonitor(
+        config,
+        lambda lo, hi, metrics: rt.store.read_rows(lo, hi, metrics=metrics),
+        lambda lo, hi, tenants: read_requests(rt.store, lo, hi),  # every tenant's: span_minutes picks
+        volumes,
+        rt.business_type_of,
+    )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collector.store.repository import Store
 from collector.traces.normalize import RequestRecord
-from collector.traces.rollup import LatencyTarget
-from collector.traces.store import compact_requests, expire_span_ids, ingest, read_requests
+from collector.traces.rollup import LatencyTarget, RequestCell, RequestKey
+from collector.traces.store import compact_requests, expire_span_ids, ingest, read_requests, request_volumes
 from collector.traces.summary import summarize
 
 T0 = 1_800_000_000 - 1_800_000_000 % 3600  # an hour boundary
@@ -58,6 +58,38 @@ def test_compaction_into_hours_keeps_totals_and_percentiles(store: Store) -> Non
     assert after.good_ratio == before.good_ratio
     # an hour row counts only in windows that hold the whole hour
     assert summarize(read_requests(store, T0 + 1800, end)).requests == 1200
+
+
+def volumes_of(rows: list[tuple[RequestKey, RequestCell]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, cell in rows:
+        out[key.tenant] = out.get(key.tenant, 0.0) + cell.total
+    return out
+
+
+def test_request_volumes_are_the_cells_read_requests_returns_summed_by_the_database(store: Store) -> None:
+    """Drift chooses its busiest tenants from `request_volumes` (the database sums each cell's
+    JSON total, on SQLite and PostgreSQL) and then reads only their cells: both follow the rule
+    of `read_requests`, minutes and compacted hours alike, and a tenant filter leaves the rest."""
+    tenants = ("tiny", "small", "mid", "big")  # big: four in seven
+    records = [rec(i, T0 + i * 2.0, tenant=tenants[min(3, i % 7)]) for i in range(5400)]  # three hours
+    for i in range(0, len(records), 600):
+        ingest(store, records[i : i + 600], TARGETS)
+    compact_requests(store, now_unix=T0 + 2 * 3600 + 60, minute_retention=3600, hour_retention=86400 * 30)
+    assert read_requests(store, T0, T0 + 3600, period=3600), "the first hour is compacted"
+    for lo, hi in ((T0, T0 + 3 * 3600), (T0 + 1800, T0 + 3 * 3600), (T0, T0 + 5400), (T0 + 600, T0 + 660), (T0, T0 + 1800)):
+        rows = read_requests(store, lo, hi)
+        expected = volumes_of(rows)
+        assert request_volumes(store, lo, hi) == expected, (lo - T0, hi - T0)
+        chosen = read_requests(store, lo, hi, tenants={"big", "tiny", "nobody"})
+        assert {key.tenant for key, _ in chosen} <= {"big", "tiny"}
+        assert volumes_of(chosen) == {t: v for t, v in expected.items() if t in ("big", "tiny")}
+    whole = request_volumes(store, T0, T0 + 3 * 3600)
+    assert sum(whole.values()) == 5400 and whole["big"] > whole["tiny"] > 0
+    # half of the compacted hour is outside: its hour cell is, but the later minutes are not
+    assert sum(request_volumes(store, T0 + 1800, T0 + 3 * 3600).values()) == 3600
+    assert request_volumes(store, T0 + 4 * 3600, T0 + 5 * 3600) == {}
+    assert request_volumes(store, T0, T0 + 1800) == {}  # its minutes are in an hour cell that ends later
 
 
 def test_span_ids_expire_by_the_end_of_their_span(store: Store) -> None:
