@@ -502,6 +502,28 @@ def threshold_tests(rules: SloRules) -> list[dict[str, Any]]:
         key="",
         labels=restarted_labels,
     )
+    # llmslo's own /metrics: two targets scraped 4 times a minute each; from minute 10 on, slots
+    # skipped at 1 in 9 (fires), or at 1 in 201 (under the 1 %: a slow target now and then)
+    own = f'job="{rules.llmslo_job}",instance="{instance}"'
+    scraped = [{"series": f'llmslo_scrapes_total{{{own},target="t{i}"}}', "values": "0+4x60"} for i in range(2)]
+    for per_minute, fires in (("1", True), ("0.04", False)):
+        case(
+            f"llmslo skipping {per_minute} of ~8 scrape slots a minute {'fires' if fires else 'does not fire'}",
+            [*scraped, {"series": f"llmslo_scrape_slots_skipped_total{{{own}}}", "values": f"0x10 0+{per_minute}x50"}],
+            "LLMSLOCollectorSkippingScrapes",
+            fires,
+            "35m",
+            key="",
+            labels={"instance": instance},
+        )
+    case(
+        "llmslo skipping no slot does not fire",
+        [*scraped, {"series": f"llmslo_scrape_slots_skipped_total{{{own}}}", "values": "0x60"}],
+        "LLMSLOCollectorSkippingScrapes",
+        False,
+        "35m",
+        key="",
+    )
     return tests
 
 

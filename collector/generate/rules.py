@@ -282,8 +282,40 @@ def threshold_alerts(rules: SloRules) -> list[Rule]:
             "dashboard_url": rules.dashboard(PER_TARGET_BUSINESS_TYPE, "{{ $labels.instance }}"),
         },
     }
-    out.extend([down, restarted])
+    out.extend([down, restarted, skipping_scrapes(rules)])
     return out
+
+
+# the share of llmslo's scrape slots skipped over SKIPPED_WINDOW above which it tickets
+SKIPPED_RATIO = 0.01
+SKIPPED_WINDOW = 600.0
+
+
+def skipping_scrapes(rules: SloRules) -> Rule:
+    """The collector's own health, from its /metrics as Prometheus scrapes it: the share of its
+    scrape slots it skipped (a target's scrape overran its interval, or the process cannot keep
+    up with its targets: README, "Scaling"), as Prometheus' own scrape and rule-group overrun
+    counters are watched."""
+    w, job = _w(SKIPPED_WINDOW), f'job="{rules.llmslo_job}"'
+    skipped = f"sum by (instance) (increase(llmslo_scrape_slots_skipped_total{{{job}}}[{w}]))"
+    scraped = f"sum by (instance) (increase(llmslo_scrapes_total{{{job}}}[{w}]))"
+    return {
+        "alert": "LLMSLOCollectorSkippingScrapes",
+        "expr": f"{skipped} / ({scraped} + {skipped}) > {num(SKIPPED_RATIO)}",
+        "for": w,
+        "labels": {"severity": "ticket"},
+        "annotations": {
+            "summary": "llmslo is skipping scrape slots",
+            "description": "The llmslo collector at {{ $labels.instance }} skipped more than "
+            f"{num(SKIPPED_RATIO * 100)} % of its scrape slots over {w}, for {w}: its figures and SLOs "
+            "miss those scrapes. Either some targets answer slower than their interval (see "
+            "llmslo_scrape_duration_seconds per target) or the process cannot keep up with its "
+            "targets (llmslo_job_last_duration_seconds near its interval): shard the targets over "
+            "several collectors (README, Scaling).",
+            "runbook_url": rules.runbook("llmslocollectorskippingscrapes"),
+            "dashboard_url": rules.dashboard("$__all"),
+        },
+    }
 
 
 # the alerts on one server carry its business_type target label (when the user set it) and instance

@@ -92,6 +92,9 @@ class RulesIn(_Strict):
     thresholds: ThresholdsIn = ThresholdsIn()
     alertmanager: AlertmanagerIn = AlertmanagerIn()
     vllm_job: str = Field("vllm", description="Prometheus job label of the vLLM scrape (target-down alert)")
+    llmslo_job: str = Field(
+        "llmslo", description="Prometheus job label of llmslo's own /metrics scrape (the collector's health alert)"
+    )
 
 
 # --- the internal model -------------------------------------------------------------------------
@@ -170,6 +173,7 @@ class SloRules:
     resend_interval_seconds: float
     alertmanager_timeout_seconds: float
     vllm_job: str = "vllm"
+    llmslo_job: str = "llmslo"
 
     @property
     def objectives(self) -> tuple[Objective, ...]:
@@ -300,6 +304,7 @@ def _resolve(spec: RulesIn, business: tuple[BusinessType, ...]) -> SloRules:
         resend_interval_seconds=spec.alertmanager.resend_interval,
         alertmanager_timeout_seconds=spec.alertmanager.timeout,
         vllm_job=spec.vllm_job,
+        llmslo_job=spec.llmslo_job,
     )
 
 

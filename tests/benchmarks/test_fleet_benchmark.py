@@ -396,7 +396,8 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
             rss: list[float] = [ours_rss()]
             # first the collector alone: nobody reads llmslo (Prometheus serves no reader either),
             # so its CPU is the scraping and the derived views, evaluation and drift every pass
-            q_ours, q_prom, q_ok = ours_cpu(), cpu_seconds(prom.pid) if prometheus else 0.0, ours_scrapes()[0]
+            q_skipped = sum(skipped_slots(b) for b in bases)  # before the CPU readings: it reads /metrics
+            q_ours, q_prom, (q_ok, q_failed) = ours_cpu(), cpu_seconds(prom.pid) if prometheus else 0.0, ours_scrapes()
             q_ps, q_t0 = prometheus_scrapes(prom_base) if prometheus else 0.0, time.monotonic()
             # LLMSLO_FLEET_SEGMENT_SECONDS: in a long quiet phase (past the 1h window's first hour),
             # each segment's own CPU per scrape and RSS, printed as it ends, to show the trend
@@ -494,6 +495,7 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
                 assert leaders.count(1.0) == 1
             assert all(c.poll() is None for c in collectors), "llmslo exited during the run"
     expected = n * elapsed / INTERVAL
+    phase_slots = n * (quiet_elapsed + elapsed) / INTERVAL
     done = ok1 - ok0
     ours_ms = (c1 - c0) / max(done, 1) * 1000
     prom_done = ps1 - ps0
@@ -507,7 +509,9 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
         f"prometheus {quiet_prom_ms:.2f} ms per scrape; ratio {quiet_ms / quiet_prom_ms:.2f}x\n"
         f"  with readers (/metrics and the fleet view, below), {elapsed:.0f} s:\n"
         f"  llmslo:     {done:.0f}/{expected:.0f} scrapes ({done / expected:.1%}), "
-        f"{failed:.0f} failed and {skipped:.0f} slots skipped in total, "
+        f"{failed:.0f} failed and {skipped:.0f} slots skipped in total; in the two phases "
+        f"{failed - q_failed:.0f} failed and {skipped - q_skipped:.0f} skipped of {phase_slots:.0f} slots "
+        f"({(failed - q_failed + skipped - q_skipped) / phase_slots:.2%} missed), "
         f"CPU {c1 - c0:.1f} s = {(c1 - c0) / elapsed:.0%} of a core, {ours_ms:.2f} ms per scrape\n"
         f"  prometheus: {prom_done:.0f}/{expected:.0f} scrapes, CPU {p1 - p0:.1f} s = {(p1 - p0) / elapsed:.0%} "
         f"of a core, {prom_ms:.2f} ms per scrape, "
