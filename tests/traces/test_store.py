@@ -77,7 +77,8 @@ def test_request_volumes_are_the_cells_read_requests_returns_summed_by_the_datab
         ingest(store, records[i : i + 600], TARGETS)
     compact_requests(store, now_unix=T0 + 2 * 3600 + 60, minute_retention=3600, hour_retention=86400 * 30)
     assert read_requests(store, T0, T0 + 3600, period=3600), "the first hour is compacted"
-    for lo, hi in ((T0, T0 + 3 * 3600), (T0 + 1800, T0 + 3 * 3600), (T0, T0 + 5400), (T0 + 600, T0 + 660), (T0, T0 + 1800)):
+    ranges = ((T0, T0 + 3 * 3600), (T0 + 1800, T0 + 3 * 3600), (T0, T0 + 5400), (T0 + 600, T0 + 660), (T0, T0 + 1800))
+    for lo, hi in ranges:
         rows = read_requests(store, lo, hi)
         expected = volumes_of(rows)
         assert request_volumes(store, lo, hi) == expected, (lo - T0, hi - T0)
