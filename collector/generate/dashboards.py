@@ -701,6 +701,22 @@ def fleet(rules: SloRules) -> Board:
         ),
         w=24,
     )
+    skipped = f"sum by (instance) (rate({conv.SCRAPE_SLOTS_SKIPPED_TOTAL}[{RATE}]))"
+    board.add(
+        series(
+            "llmslo scrape slots skipped",
+            "Share of each llmslo collector's scrape slots skipped: a target slower than its interval, or "
+            "a collector past what one core scrapes (LLMSLOCollectorSkippingScrapes tickets above 1 %).",
+            "percentunit",
+            [
+                (
+                    f"{skipped} / (sum by (instance) (rate({conv.SCRAPES_TOTAL}[{RATE}])) + {skipped})",
+                    "{{instance}}",
+                )
+            ],
+        ),
+        w=24,
+    )
     return board
 
 

@@ -344,6 +344,9 @@ def test_an_error_burst_pages_through_prometheus_and_alertmanager(tmp_path: Path
     # may also time out now and then (seen once in CI, with the real engine's test beside it)
     assert {target for target, reason in failed if reason != "timeout"} == {"batch-0"}, failed
     assert ("batch-0", "connect") in failed, failed
+    # one collector of a handful of targets keeps up: its share of slots skipped stays near none
+    skipped = panels[("llmslo-fleet", "llmslo scrape slots skipped")][0]
+    assert skipped and all(s["max"] < 0.05 for s in skipped), skipped
     assert stack.preempted and {s["metric"]["business_type"] for s in stack.preempted} == {"batch"}  # type: ignore[attr-defined]
     print(
         "\npages after the first:",
