@@ -29,7 +29,7 @@ from grafana_foundation_sdk.models.dashboard import DashboardLinkType, DataSourc
 
 from collector import conventions as conv
 from collector.config import format_duration
-from collector.generate.promql import GENERATED_HEADER
+from collector.generate.promql import GENERATED_HEADER, skipped_slots_share
 from collector.slo.spec import SloRules
 from collector.sources.vllm import LOGICAL_BY_NAME
 
@@ -701,19 +701,13 @@ def fleet(rules: SloRules) -> Board:
         ),
         w=24,
     )
-    skipped = f"sum by (instance) (rate({conv.SCRAPE_SLOTS_SKIPPED_TOTAL}[{RATE}]))"
     board.add(
         series(
             "llmslo scrape slots skipped",
             "Share of each llmslo collector's scrape slots skipped: a target slower than its interval, or "
             "a collector past what one core scrapes (LLMSLOCollectorSkippingScrapes tickets above 1 %).",
             "percentunit",
-            [
-                (
-                    f"{skipped} / (sum by (instance) (rate({conv.SCRAPES_TOTAL}[{RATE}])) + {skipped})",
-                    "{{instance}}",
-                )
-            ],
+            [(skipped_slots_share("rate", RATE), "{{instance}}")],
         ),
         w=24,
     )

@@ -35,6 +35,14 @@ def events_record(seconds: float) -> str:
     return f"llmslo:slo_events:increase{window(seconds)}"
 
 
+def skipped_slots_share(fn: str, window: str, selector: str = "") -> str:
+    """Per llmslo collector (`instance`), the share of its scrape slots it skipped over `window`
+    (`fn`: increase for an alert, rate for a panel): the alert and the fleet dashboard read this."""
+    sel = f"{{{selector}}}" if selector else ""
+    skipped = f"sum by (instance) ({fn}({conv.SCRAPE_SLOTS_SKIPPED_TOTAL}{sel}[{window}]))"
+    return f"{skipped} / (sum by (instance) ({fn}({conv.SCRAPES_TOTAL}{sel}[{window}])) + {skipped})"
+
+
 def le_matcher(bound: float) -> str:
     """`le` as a regex matching both Python (`1.0`) and Go (`1`) spellings of the bound."""
     spellings = {repr(float(bound)), f"{bound:g}"}

@@ -17,6 +17,7 @@ from collector.generate.promql import (
     events_record,
     le_matcher,
     num,
+    skipped_slots_share,
     sli_for,
     window,
 )
@@ -296,12 +297,11 @@ def skipping_scrapes(rules: SloRules) -> Rule:
     scrape slots it skipped (a target's scrape overran its interval, or the process cannot keep
     up with its targets: README, "Scaling"), as Prometheus' own scrape and rule-group overrun
     counters are watched."""
-    w, job = _w(SKIPPED_WINDOW), f'job="{rules.llmslo_job}"'
-    skipped = f"sum by (instance) (increase(llmslo_scrape_slots_skipped_total{{{job}}}[{w}]))"
-    scraped = f"sum by (instance) (increase(llmslo_scrapes_total{{{job}}}[{w}]))"
+    w = _w(SKIPPED_WINDOW)
+    share = skipped_slots_share("increase", w, f'job="{rules.llmslo_job}"')
     return {
         "alert": "LLMSLOCollectorSkippingScrapes",
-        "expr": f"{skipped} / ({scraped} + {skipped}) > {num(SKIPPED_RATIO)}",
+        "expr": f"{share} > {num(SKIPPED_RATIO)}",
         "for": w,
         "labels": {"severity": "ticket"},
         "annotations": {
