@@ -145,9 +145,8 @@ class DriftMonitor:
         if rows is not None:
             return engine_minutes(rows, self.place)
         minutes: Minutes = {}
-        for lo in range(start, end, READ_CHUNK_SECONDS):
-            piece = self.read_rows(lo, min(end, lo + READ_CHUNK_SECONDS), DRIFT_METRICS)
-            for group, by_minute in engine_minutes(piece, self.place).items():
+        for lo, hi in pieces(start, end, READ_CHUNK_SECONDS):
+            for group, by_minute in engine_minutes(self.read_rows(lo, hi, DRIFT_METRICS), self.place).items():
                 minutes.setdefault(group, {}).update(by_minute)  # a row's minute is in one piece
         return minutes
 
@@ -165,12 +164,9 @@ class DriftMonitor:
         minutes: Minutes = {}
         if not self.tenants:
             return minutes
-        lo = start
-        while lo < end:
-            hi = min(end, lo - lo % SPAN_CHUNK_SECONDS + SPAN_CHUNK_SECONDS)
+        for lo, hi in pieces(start, end, SPAN_CHUNK_SECONDS):
             for group, by_minute in span_minutes(self.read_requests(lo, hi, self.tenants), self.tenants).items():
                 minutes.setdefault(group, {}).update(by_minute)  # a cell's minute is in one piece
-            lo = hi
         return minutes
 
     def build(self, start: int, end: int, window: int, now: float) -> Reference:
@@ -255,6 +251,17 @@ class DriftMonitor:
             self.latest = sorted(out, key=lambda f: (not f.drifted, f.business_type, f.tenant, f.signal))
             self.evaluated_unix = now
         return self.latest
+
+
+def pieces(start: int, end: int, size: int) -> list[tuple[int, int]]:
+    """[start, end) cut on the multiples of `size` (each piece at most `size` long)."""
+    out = []
+    lo = start
+    while lo < end:
+        hi = min(end, lo - lo % size + size)
+        out.append((lo, hi))
+        lo = hi
+    return out
 
 
 def _gaps(held: set[int], lo: int, hi: int) -> list[tuple[int, int]]:
