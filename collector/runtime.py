@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Sequence
@@ -52,7 +53,8 @@ from collector.drift.compare import (
 )
 from collector.drift.monitor import DriftMonitor
 from collector.fleetmap import FleetMap
-from collector.rollup import MINUTE_SECONDS, Row, SeriesCell, period_start
+from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, period_start
+from collector.slo import saved as saved_counts
 from collector.slo.alerts import AlertBook, deliver
 from collector.slo.evaluate import Events, SloStatus, evaluate, period_bounds, period_events
 from collector.slo.incidents import (
@@ -224,6 +226,11 @@ class Runtime:
             if self.ledger is not None:
                 self.ledger.share(settings.cluster.settle)
         self.slo_statuses: list[SloStatus] = []
+        # the ledger's first fill: where the saved counts ended (None: counted from the rollups
+        # alone), how many rollup rows it read, and whether the next save replaces every count
+        self.slo_counts_resumed_from: int | None = None
+        self.slo_backfill_rows = 0
+        self._replace_saved_counts = False
         self.traces = TraceIngest(self)
         self.request_snapshot: dict[tuple[float, str, str], RequestSummary] = {}
         self.started = False
@@ -309,6 +316,10 @@ class Runtime:
     async def close(self) -> None:
         await self.drain()
         await self.write_unwritten()
+        try:  # the counts of the minutes closed since the last pass: a restart reads them back
+            await asyncio.to_thread(self.save_slo_counts, self.now())
+        except Exception:
+            log.exception("saving the SLO counts at shutdown failed")
         await self.client.aclose()
         if self.cluster is not None:
             self.cluster.close()  # hands the elected evaluator's lock on at once
@@ -351,17 +362,12 @@ class Runtime:
         ledger = self.ledger
         if ledger is not None and ledger.covers(now_unix):
             if not ledger.ready:
-                started = time.perf_counter()
-                ledger.backfill(
-                    lambda lo, hi, period: self.store.read_rows(lo, hi, metrics=self.slo_metrics, period=period),
-                    lambda lo, hi, period: read_requests(self.store, lo, hi, period),
-                    now_unix,
-                )
-                log.info("SLO ledger filled from the stored rollups in %.1f s", time.perf_counter() - started)
+                self._fill_ledger(ledger, now_unix)
             if self.cluster is not None:
                 self._sync_cluster(ledger)
             statuses = ledger.statuses(now_unix)
             incidents = cache_alerts_from(self.rules, now_unix, ledger.cache, ledger.cache_sums)
+            self.save_slo_counts(now_unix)
         else:
             statuses, incidents = self._evaluate_from_store(self.rules, now_unix)
         if self.drift is not None:
@@ -372,6 +378,89 @@ class Runtime:
         self.alerts.apply(self.rules, statuses, now_unix, incidents=incidents, local=local)
         self.slo_statuses = statuses
         return statuses
+
+    @property
+    def saves_slo_counts(self) -> bool:
+        """Whether the ledger's counts are saved in the store (collector/slo/saved.py)."""
+        ledger = self.ledger
+        return ledger is not None and self.cluster is None and ledger.slot == MINUTE_SECONDS
+
+    def _count_fingerprints(self) -> dict[str, str]:
+        assert self.rules is not None
+        prices = sorted(self.inventory.deployments.items()) if self.inventory else None
+        return saved_counts.fingerprints(self.rules, prices)
+
+    def _fill_ledger(self, ledger: SloLedger, now_unix: float) -> None:
+        """The ledger's first pass: the saved counts read back, and the stored rollups counted
+        from where they end (all of the SLO period when there are none to use)."""
+        started = time.perf_counter()
+        rows_read = [0]
+
+        def read_rows(lo: int, hi: int, period: int) -> list[Row]:
+            rows = self.store.read_rows(lo, hi, metrics=self.slo_metrics, period=period)
+            rows_read[0] += len(rows)
+            return rows
+
+        resume: int | None = None
+        if self.saves_slo_counts:
+            assert ledger.live_since is not None
+            try:
+                saved = saved_counts.load(self.store)
+                resume = saved_counts.resume_from(
+                    saved,
+                    self._count_fingerprints(),
+                    period_start(ledger.live_since),
+                    math.lcm(MINUTE_SECONDS, *ledger.slice_sizes()),
+                    int(self.settings.retention.minute_rollups),
+                )
+                if resume is not None:
+                    ledger.restore(saved.rows, saved.exact, resume)
+                elif saved.fingerprint:
+                    log.info("the saved SLO counts were counted for other rules: counting the stored rollups again")
+            except SQLAlchemyError as exc:
+                log.warning("could not read the saved SLO counts (%s): counting the stored rollups again", exc)
+                resume = None
+        ledger.backfill(read_rows, lambda lo, hi, period: read_requests(self.store, lo, hi, period), now_unix, resume)
+        self.slo_counts_resumed_from = resume
+        self.slo_backfill_rows = rows_read[0]
+        if resume is None:
+            ledger.touch_all()  # the next save writes every count, in place of what was there
+        self._replace_saved_counts = resume is None
+        log.info(
+            "SLO ledger filled in %.1f s: %s, then %d stored rollup rows",
+            time.perf_counter() - started,
+            f"saved counts up to {time.strftime('%Y-%m-%d %H:%M', time.gmtime(resume))}" if resume else "nothing saved",
+            rows_read[0],
+        )
+
+    def save_slo_counts(self, now_unix: float) -> None:
+        """Save the ledger's slots that closed since the last save (blocking; after a pass, and
+        at shutdown). A failed save is tried again with the next pass."""
+        ledger = self.ledger
+        if ledger is None or not ledger.ready or not self.saves_slo_counts:
+            return
+        # the slices that ended are judged first (at shutdown no pass has yet): a save must not
+        # pass a slice still open, whose traffic so far only the ledger's memory holds
+        ledger.close_slices(now_unix)
+        through = min(period_start(now_unix - self.running.grace), ledger.closed_before)
+        rows = ledger.take_closed(through)
+        keep_minutes = through - int(self.settings.retention.minute_rollups) - 2 * HOUR_SECONDS
+        keep_hours = through - (max(c.hours.slots for c in ledger.count_keys().values()) + 1) * HOUR_SECONDS
+        try:
+            saved_counts.save(
+                self.store,
+                rows,
+                ledger,
+                self._count_fingerprints(),
+                through,
+                keep_minutes,
+                keep_hours,
+                replace=self._replace_saved_counts,
+            )
+            self._replace_saved_counts = False
+        except SQLAlchemyError as exc:
+            ledger.untake(rows)
+            log.warning("could not save the SLO counts (%s); trying again with the next pass", exc)
 
     def _sync_cluster(self, ledger: SloLedger) -> None:
         """Exchange SLO counts with the other collectors and take on (or give up) the fleet's

@@ -55,9 +55,10 @@ log = logging.getLogger(__name__)
 
 
 class Ring:
-    """Two counts (good, total) per slot of `slot` seconds, for the last `slots` slots."""
+    """Two counts (good, total) per slot of `slot` seconds, for the last `slots` slots; `dirty`
+    holds the slot numbers changed since they were last saved (collector/slo/saved.py)."""
 
-    __slots__ = ("good", "latest", "slot", "slots", "total")
+    __slots__ = ("dirty", "good", "latest", "slot", "slots", "total")
 
     def __init__(self, slot: int, slots: int) -> None:
         self.slot = slot
@@ -65,6 +66,7 @@ class Ring:
         self.good = array("d", bytes(8 * slots))
         self.total = array("d", bytes(8 * slots))
         self.latest: int | None = None  # the newest slot number written (unix // slot)
+        self.dirty: set[int] = set()
 
     def add(self, unix: int, good: float, total: float) -> None:
         n = unix // self.slot
@@ -81,6 +83,31 @@ class Ring:
         i = n % self.slots
         self.good[i] += good
         self.total[i] += total
+        self.dirty.add(n)
+
+    def take_dirty(self, before: int) -> list[tuple[int, float, float]]:
+        """(start unix, good, total) of the changed slots that end by `before` (and are still
+        held), no longer marked changed."""
+        if self.latest is None:
+            self.dirty.clear()
+            return []
+        oldest = self.latest - self.slots + 1
+        last = before // self.slot - 1
+        taken = [n for n in self.dirty if n <= last]
+        out = []
+        for n in sorted(taken):
+            self.dirty.discard(n)
+            if oldest <= n <= self.latest:
+                i = n % self.slots
+                out.append((n * self.slot, self.good[i], self.total[i]))
+        return out
+
+    def held(self) -> list[int]:
+        """The slot numbers held that count anything."""
+        if self.latest is None:
+            return []
+        first = self.latest - self.slots + 1
+        return [n for n in range(first, self.latest + 1) if self.total[n % self.slots] or self.good[n % self.slots]]
 
     def oldest(self) -> int | None:
         """Start (unix) of the oldest slot held."""
@@ -488,15 +515,19 @@ class SloLedger:
         read_rows: Callable[[int, int, int], Sequence[Row]],
         read_requests: Callable[[int, int, int], Sequence[tuple[RequestKey, RequestCell]]],
         now_unix: float,
+        start_from: int | None = None,
     ) -> None:
         """Fill the rings from the store up to the minute the live commits started in: hour cells
         a day at a time, minute cells an hour at a time (memory bounded by one hour of the fleet's
-        rows, however long the period); trace request cells likewise. `read_*(start, end, period)`."""
+        rows, however long the period); trace request cells likewise. `read_*(start, end, period)`.
+        `start_from`: the rings hold what came before it already (`restore`)."""
         assert self.live_since is not None
         until = period_start(self.live_since)
         start, _ = period_bounds(self.rules, now_unix)
         start = min(start, period_start(now_unix) + MINUTE_SECONDS - int(max(windows_needed(self.rules))))
         start -= start % HOUR_SECONDS
+        if start_from is not None:
+            start = max(start, start_from)
         for period, step in ((HOUR_SECONDS, 86400), (MINUTE_SECONDS, HOUR_SECONDS)):
             for lo in range(start, until, step):
                 hi = min(lo + step, until)
@@ -507,6 +538,67 @@ class SloLedger:
         self.add_requests(self.start_requests, MINUTE_SECONDS)
         self.start_rows, self.start_requests = (), ()
         self.ready = True
+
+    # --- saved counts (collector/slo/saved.py) ---------------------------------------------------
+
+    def count_keys(self) -> dict[str, Counts]:
+        """Every ring pair by the key its counts are saved under: an objective's slo, or
+        cache:<business type> for the prefix-cache counts."""
+        return {**self.counts, **{"cache:" + bt: counts for bt, counts in self.cache.items()}}
+
+    def slice_sizes(self) -> list[int]:
+        """The slice lengths of the objectives judged per slice (throughput, cost ceiling)."""
+        return sorted({int(o.slice_seconds) for o in self.objectives if o.sli in ("throughput", "cost_ceiling")})
+
+    def take_closed(self, through: int) -> list[tuple[str, int, int, float, float]]:
+        """(key, period, start, good, total) of every slot changed since it was last taken that
+        ends by `through`: the minutes, and the hours, closed by then."""
+        out: list[tuple[str, int, int, float, float]] = []
+        with self.lock:
+            for key, counts in self.count_keys().items():
+                for ring, period in ((counts.minutes, MINUTE_SECONDS), (counts.hours, HOUR_SECONDS)):
+                    out.extend((key, period, start, good, total) for start, good, total in ring.take_dirty(through))
+        return out
+
+    def untake(self, rows: Iterable[tuple[str, int, int, float, float]]) -> None:
+        """Mark taken slots changed again (their save failed)."""
+        with self.lock:
+            keys = self.count_keys()
+            for key, period, start, _, _ in rows:
+                counts = keys.get(key)
+                if counts is not None:
+                    ring = counts.minutes if period == MINUTE_SECONDS else counts.hours
+                    ring.dirty.add(start // ring.slot)
+
+    def touch_all(self) -> None:
+        """Mark every slot that counts anything changed (the next save writes all of them)."""
+        with self.lock:
+            for counts in self.count_keys().values():
+                for ring in (counts.minutes, counts.hours):
+                    ring.dirty.update(ring.held())
+
+    def restore(self, rows: Iterable[tuple[str, int, int, float, float]], exact: dict[str, bool], before: int) -> None:
+        """Fill the empty rings from saved counts (`rows` as `take_closed` gave them, `exact` per
+        key) for the minutes before `before`, a whole minute: minutes from the minute rows; hours
+        from the hour rows up to the hour holding `before`, and that hour from its minute rows
+        (the backfill adds the rest of it from `before` on). Marks nothing changed."""
+        cut = before - before % HOUR_SECONDS
+        with self.lock:
+            keys = self.count_keys()
+            for key, period, start, good, total in sorted(rows, key=lambda r: (r[1], r[2])):
+                counts = keys.get(key)
+                if counts is None:
+                    continue
+                if period == HOUR_SECONDS and start + HOUR_SECONDS <= cut:
+                    counts.hours.add(start, good, total)
+                elif period == MINUTE_SECONDS and start < before:
+                    counts.minutes.add(start, good, total)
+                    if start >= cut:
+                        counts.hours.add(cut, good, total)
+            for key, counts in keys.items():
+                counts.inexact = not exact.get(key, True)
+                counts.minutes.dirty.clear()
+                counts.hours.dirty.clear()
 
     def _add_rows(self, rows: Iterable[Row], period: int) -> None:
         """Stored rows of `period`, added per target and period start (the backfill's)."""

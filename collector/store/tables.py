@@ -113,6 +113,29 @@ slo_deltas = Table(
 
 Index("ix_llmslo_slo_deltas_published", slo_deltas.c.published_unix)
 
+# The SLO ledger's counts (collector/slo/saved.py): each objective's good and total events per
+# closed minute and hour as the ledger counted them, so that a restart reads these instead of
+# every stored rollup of the SLO period (what grew with the fleet and its history).
+slo_counts = Table(
+    "llmslo_slo_counts",
+    metadata,
+    Column("key", String(300), primary_key=True),  # an objective's slo, or cache:<business type>
+    Column("period_seconds", Integer, primary_key=True),  # 60 or 3600
+    Column("start_unix", BigInteger, primary_key=True),
+    Column("good", Float, nullable=False),
+    Column("total", Float, nullable=False),
+)
+
+# One row per key of llmslo_slo_counts: what its counts were counted for, and how far.
+slo_count_keys = Table(
+    "llmslo_slo_count_keys",
+    metadata,
+    Column("key", String(300), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),  # of the objective's definition (saved.py)
+    Column("exact", Boolean, nullable=False),  # no latency threshold fell between bucket bounds
+    Column("through_unix", BigInteger, nullable=False),  # every closed minute before this is saved
+)
+
 # Trace ingestion: the span ids already counted (deduplication of retried batches) ...
 span_keys = Table(
     "llmslo_span_keys",

@@ -1,0 +1,170 @@
+"""The SLO ledger's counts saved in the store, so that a restart does not count the whole SLO period
+again from the stored rollups.
+
+The ledger (collector/slo/ledger.py) counts every objective's good and total events per minute
+and per hour as scrapes and spans commit. Before, a new process filled it by reading every stored
+rollup of the SLO series for the period (28 days by default): a read that grew with the fleet and
+its history (59 s for 200 targets and a day; minutes at a thousand targets), during which the
+collector had no SLO status and no burn-rate alert.
+
+Now each evaluation pass saves the minute and hour slots that closed since the last pass
+(`llmslo_slo_counts`, one row per objective and slot: ~100 rows a minute for 100 objectives,
+whatever the fleet's size), with each key's fingerprint and how far the save goes
+(`llmslo_slo_count_keys`). A new process reads those rows back and counts from the stored rollups
+only what came after: the minutes from the save's end (rounded down to the objectives' slices, so
+that no slice is judged on half its traffic) to the minute it started in.
+
+What a saved count means is fixed when it is counted, as a Prometheus recording rule's output is:
+- an objective whose definition changed (its SLI, metric, threshold, source, slice, minimum rate,
+  cost ceiling, or its business type's model patterns or the GPU prices) has a new fingerprint,
+  and every count is then made again from the stored rollups, once;
+- a target added to the configuration, removed, or moved to another business type counts where
+  it is from then on; its earlier events stay where they were counted.
+
+Not saved: sharded collectors (each one's ledger holds the whole fleet, filled from what the
+others publish: collector/cluster.py) and rules whose windows are scaled below a minute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import delete, select
+
+from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS
+from collector.slo.ledger import SloLedger
+from collector.slo.spec import SloRules
+from collector.store.repository import Store, upsert
+from collector.store.tables import slo_count_keys, slo_counts
+
+log = logging.getLogger(__name__)
+
+SavedRow = tuple[str, int, int, float, float]  # (key, period seconds, start unix, good, total)
+# what an objective's counts depend on (not its target ratio, name or description)
+COUNTED_FIELDS = (
+    "business_type",
+    "sli",
+    "metric",
+    "threshold_seconds",
+    "source",
+    "min_tokens_per_second",
+    "slice_seconds",
+    "max_usd_per_million_tokens",
+)
+
+
+def fingerprints(rules: SloRules, prices: object = None) -> dict[str, str]:
+    """Per saved key, a digest of what its counts depend on: the objective's counted fields and
+    its business type's model patterns (the cache counts: the patterns); a cost ceiling's also
+    the GPU prices (`prices`: anything with a stable repr, the cost inventory)."""
+    patterns = {bt.name: list(bt.model_patterns) for bt in rules.business_types}
+    out = {}
+    for bt in rules.business_types:
+        for o in bt.objectives:
+            counted = {f: getattr(o, f) for f in COUNTED_FIELDS}
+            counted["models"] = patterns[bt.name]
+            if o.sli == "cost_ceiling":
+                counted["prices"] = repr(prices)
+            out[o.slo] = _digest(counted)
+        out["cache:" + bt.name] = _digest({"models": patterns[bt.name]})
+    return out
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+@dataclass
+class Saved:
+    """What the store holds: each key's fingerprint, exactness and the end of its save, and the rows."""
+
+    fingerprint: dict[str, str] = field(default_factory=dict)
+    exact: dict[str, bool] = field(default_factory=dict)
+    through: dict[str, int] = field(default_factory=dict)
+    rows: list[SavedRow] = field(default_factory=list)
+
+
+def load(store: Store) -> Saved:
+    saved = Saved()
+    with store.engine.connect() as conn:
+        k = slo_count_keys.c
+        for key, fp, exact, through in conn.execute(select(k.key, k.fingerprint, k.exact, k.through_unix)):
+            saved.fingerprint[key], saved.exact[key], saved.through[key] = fp, bool(exact), int(through)
+        c = slo_counts.c
+        saved.rows = [
+            (k, int(p), int(s), float(g), float(t))
+            for k, p, s, g, t in conn.execute(select(c.key, c.period_seconds, c.start_unix, c.good, c.total))
+        ]
+    return saved
+
+
+def resume_from(saved: Saved, wanted: dict[str, str], until: int, align: int, minute_retention: int) -> int | None:
+    """The minute from which the stored rollups must be counted again after the saved counts are
+    restored (whole slices of `align` seconds), or None when the saved counts cannot be used: a
+    key missing or counted for another definition, or saves that end at different times.
+
+    `until`: the minute live counting started in. When the rollups from that minute on may already
+    be compacted into hours (the collector was down longer than the minutes are kept), the minute
+    is rounded down to the hour too, since a compacted hour is read whole or not at all."""
+    if not wanted or any(saved.fingerprint.get(k) != fp for k, fp in wanted.items()):
+        return None
+    throughs = {saved.through[k] for k in wanted}
+    if len(throughs) != 1:
+        return None
+    through = min(throughs.pop(), until)
+    point = through - through % align
+    if until - point > minute_retention - HOUR_SECONDS:
+        whole = math.lcm(align, HOUR_SECONDS)
+        point -= point % whole
+    return point
+
+
+def save(
+    store: Store,
+    rows: Sequence[SavedRow],
+    ledger: SloLedger,
+    wanted: dict[str, str],
+    through: int,
+    keep_minutes_from: int,
+    keep_hours_from: int,
+    replace: bool = False,
+) -> None:
+    """Write `rows` (upserted) and every key's fingerprint, exactness and `through`, in one
+    transaction; forget minutes before `keep_minutes_from` and hours before `keep_hours_from`.
+    `replace`: the rows are every count (a full backfill): what the store held is dropped first."""
+    keys = ledger.count_keys()
+    with store.engine.begin() as conn:
+        if replace:
+            conn.execute(delete(slo_counts))
+            conn.execute(delete(slo_count_keys))
+        upsert(
+            conn,
+            slo_counts,
+            [{"key": k, "period_seconds": p, "start_unix": s, "good": g, "total": t} for k, p, s, g, t in rows],
+            ["key", "period_seconds", "start_unix"],
+            ["good", "total"],
+        )
+        upsert(
+            conn,
+            slo_count_keys,
+            [
+                {"key": k, "fingerprint": wanted[k], "exact": not counts.inexact, "through_unix": through}
+                for k, counts in keys.items()
+                if k in wanted
+            ],
+            ["key"],
+            ["fingerprint", "exact", "through_unix"],
+        )
+        c = slo_counts.c
+        conn.execute(delete(slo_counts).where(c.period_seconds == MINUTE_SECONDS, c.start_unix < keep_minutes_from))
+        conn.execute(delete(slo_counts).where(c.period_seconds == HOUR_SECONDS, c.start_unix < keep_hours_from))
+        # a key these rules no longer have: its rows go (its definition may come back changed)
+        gone = [k for (k,) in conn.execute(select(slo_count_keys.c.key)) if k not in wanted]
+        if gone:
+            conn.execute(delete(slo_counts).where(c.key.in_(gone)))
+            conn.execute(delete(slo_count_keys).where(slo_count_keys.c.key.in_(gone)))

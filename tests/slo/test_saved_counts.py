@@ -1,0 +1,205 @@
+"""The SLO ledger's saved counts (collector/slo/saved.py). A collector that restarts reads its
+counts back and counts only the last stretch of stored rollups again: its statuses are those of a
+collector fed the same traffic that never stopped (both databases; the minutes compacted into
+hours included, which a re-read of the rollups can only judge by the hour). A changed objective
+is counted afresh from the rollups; a crash loses nothing the rollups do not give back."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+
+from collector.rollup import MINUTE_SECONDS, period_start
+from collector.runtime import Runtime
+from collector.slo import saved as saved_counts
+from collector.slo.evaluate import period_bounds
+from collector.traces.store import ingest
+from tests.slo.test_ledger import RULES, T0, Server, comparable, settings, spans
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def feed(rts: list[Runtime], rng: random.Random, servers: dict[str, Server], t_from: int, t_to: int) -> None:
+    """test_ledger's traffic (an incident on chat from the 200th minute, a vLLM restart at the
+    150th, gateway spans), the same scrapes and spans committed into every collector of `rts`."""
+    for t in range(t_from, t_to, 15):
+        minute = (t - T0) // 60
+        incident = 200 <= minute < 230
+        for name, server in servers.items():
+            if name == "batch-0":
+                server.traffic(rng.randint(0, 3) if minute % 37 else 0, 0.0, 0.001)
+            else:
+                server.traffic(rng.randint(2, 6), 0.5 if incident else 0.02, 0.2 if incident else 0.002)
+            body = server.body()
+            for rt in rts:
+                rt.scrapers[name].ingest(body, "text/plain", float(t))
+        if minute == 150 and t % 60 == 0:
+            servers["chat-1"] = Server(rng, float(t - 5))
+        records = spans(rng, t, rng.randint(0, 4), t * 10)
+        for rt in rts:
+            ingest(rt.store, records, rt.traces.targets_of(), rt.ledger.add_requests if rt.ledger else None)
+
+
+def collector(tmp_path: Path, db_url: str, live_from: int | None = None) -> Runtime:
+    """A collector on `db_url`; `live_from`: it starts counting live there, as `serve` does at
+    start-up (what was stored of that minute read first, each target's counters resumed)."""
+    rt = Runtime(settings(tmp_path, db_url))
+    assert rt.ledger is not None and rt.saves_slo_counts
+    if live_from is None:
+        rt.ledger.live_since = T0
+    else:
+        rt.begin_live_counting(live_from)
+        for scraper in rt.scrapers.values():
+            asyncio.run(scraper.load())
+    return rt
+
+
+def rows_of_the_period(rt: Runtime, now: float) -> int:
+    """The stored rollup rows a ledger without saved counts reads for its period."""
+    assert rt.rules is not None
+    start, _ = period_bounds(rt.rules, now)
+    return len(rt.store.read_rows(start, period_start(now), metrics=rt.slo_metrics))
+
+
+@pytest.mark.parametrize("graceful", [False, True])
+def test_a_restart_reads_the_saved_counts_and_matches_a_collector_that_never_stopped(
+    tmp_path: Path, db_url: str, graceful: bool
+) -> None:
+    rng = random.Random(5)
+    (tmp_path / "oracle").mkdir()
+    oracle = collector(tmp_path / "oracle", f"sqlite:///{tmp_path / 'oracle' / 'llmslo.db'}")
+    rt = collector(tmp_path, db_url)
+    servers = {name: Server(rng, T0 - 30) for name in rt.scrapers}
+    restart = T0 + 4 * 3600 + 25  # 25 s into a minute
+    last_pass = restart - 25 - 480  # the first process' last pass: ~8 minutes before it stops
+    for start in range(T0, restart, 600):
+        end = min(start + 600, restart)
+        feed([rt, oracle], rng, servers, start, end)
+        if end <= last_pass:
+            rt.evaluate_slos(end - 1.0)
+            oracle.evaluate_slos(end - 1.0)
+    if graceful:  # a shutdown saves what closed since the last pass (Runtime.close)
+        rt.save_slo_counts(restart - 1.0)
+    for r in (rt, oracle):
+        r.compact(restart)  # minutes older than the 3 h kept become hours
+    rt.store.close()
+
+    rt = collector(tmp_path, db_url, live_from=restart)
+    feed([rt, oracle], rng, servers, restart, restart + 600)
+    now = restart + 600 - 1.0
+    got, want = rt.evaluate_slos(now), oracle.evaluate_slos(now)
+    assert comparable(got) == comparable(want)
+    # the saved counts were read back, and the rollups counted again only from where they end
+    # (rounded down to whole 30-minute cost slices), not the whole period
+    resumed = rt.slo_counts_resumed_from
+    assert resumed is not None and resumed % 1800 == 0
+    assert restart - 3600 <= resumed <= period_start(restart)
+    assert rt.slo_backfill_rows < rows_of_the_period(rt, now) / 4
+    if not graceful:  # the minutes after the last pass' save: counted from the rollups
+        assert rt.slo_backfill_rows > 0
+    statuses = {s.objective.slo: s for s in got}
+    assert statuses["chat-ttft"].period.events.bad > 0  # the first process' incident, restored
+    assert not statuses["chat-ttft-between"].exact  # exactness is saved too
+    assert statuses["batch-throughput"].period.events.total >= 40  # 5-minute slices, judged live
+    assert statuses["batch-cost"].period.events.total >= 8
+    checked = sum(1 for s in got if s.period.events.total > 0)
+    assert checked >= 6
+
+    # the restarted collector goes on saving: after a second stop (half a minute of traffic
+    # scraped by neither), it resumes later still, and agrees again
+    rt.store.close()
+    feed([], rng, servers, restart + 600, restart + 630)
+    rt = collector(tmp_path, db_url, live_from=restart + 630)
+    feed([rt, oracle], rng, servers, restart + 630, restart + 900)
+    now = restart + 899.0
+    assert comparable(rt.evaluate_slos(now)) == comparable(oracle.evaluate_slos(now))
+    assert rt.slo_counts_resumed_from is not None and rt.slo_counts_resumed_from >= resumed
+    rt.store.close()
+    oracle.store.close()
+
+
+def test_a_changed_objective_is_counted_again_from_the_rollups(tmp_path: Path, db_url: str) -> None:
+    rng = random.Random(8)
+    rt = collector(tmp_path, db_url)
+    servers = {name: Server(rng, T0 - 30) for name in rt.scrapers}
+    restart = T0 + 2 * 3600 + 40
+    for start in range(T0, restart, 600):
+        end = min(start + 600, restart)
+        feed([rt], rng, servers, start, end)
+        rt.evaluate_slos(end - 1.0)
+    rt.save_slo_counts(restart - 1.0)
+    rt.store.close()
+    # the chat TTFT threshold moves from 1 s to 2 s: what was counted against 1 s no longer holds
+    changed = RULES.replace("metric: ttft, threshold: 1s", "metric: ttft, threshold: 2s")
+    assert changed != RULES
+    rt = Runtime(settings(tmp_path, db_url))  # writes RULES; the changed rules replace them below
+    rt.store.close()
+    (tmp_path / "rules.yaml").write_text(changed)
+
+    def restarted(at: int) -> Runtime:
+        cfg = settings(tmp_path, db_url)
+        (tmp_path / "rules.yaml").write_text(changed)
+        r = Runtime(cfg)
+        r.begin_live_counting(at)
+        for scraper in r.scrapers.values():
+            asyncio.run(scraper.load())
+        return r
+
+    rt = restarted(restart)
+    feed([rt], rng, servers, restart, restart + 300)
+    assert rt.rules is not None
+    now = restart + 299.0
+    got = rt.evaluate_slos(now)
+    want, _ = rt._evaluate_from_store(rt.rules, now)  # counted from the rollups, as a re-read does
+    assert comparable(got) == comparable(want)
+    assert rt.slo_counts_resumed_from is None
+    assert rt.slo_backfill_rows >= rows_of_the_period(rt, now) * 0.9
+    # that pass saved every count afresh for the new rules: the next restart resumes from them
+    rt.store.close()
+    rt = restarted(restart + 330)
+    feed([rt], rng, servers, restart + 330, restart + 600)
+    now = restart + 599.0
+    got = rt.evaluate_slos(now)
+    want, _ = rt._evaluate_from_store(rt.rules, now)  # type: ignore[arg-type]
+    assert comparable(got) == comparable(want)
+    assert rt.slo_counts_resumed_from is not None
+    rt.store.close()
+
+
+def test_each_pass_saves_the_slots_closed_since_the_last_one(tmp_path: Path) -> None:
+    """A pass writes the minutes (and hours) closed since the last pass: at most one row per key
+    and closed slot, however many targets; the minute still open is not written."""
+    db_url = f"sqlite:///{tmp_path / 'llmslo.db'}"
+    rng = random.Random(2)
+    rt = collector(tmp_path, db_url)
+    assert rt.ledger is not None
+    servers = {name: Server(rng, T0 - 30) for name in rt.scrapers}
+    feed([rt], rng, servers, T0, T0 + 600)
+    rt.evaluate_slos(T0 + 599.0)  # the first pass: everything counted so far is written
+    written: list[int] = []
+    real = saved_counts.save
+
+    def counting(store, rows, *args, **kwargs):  # type: ignore[no-untyped-def]
+        written.append(len(rows))
+        return real(store, rows, *args, **kwargs)
+
+    saved_counts.save = counting  # type: ignore[assignment]
+    try:
+        for start in range(T0 + 600, T0 + 1200, 60):
+            feed([rt], rng, servers, start, start + 60)
+            rt.evaluate_slos(start + 59.0)
+    finally:
+        saved_counts.save = real  # type: ignore[assignment]
+    keys = len(rt.ledger.count_keys())
+    assert len(written) == 10 and all(0 < n <= keys for n in written), written
+    saved = saved_counts.load(rt.store)
+    minutes = [(k, s) for k, p, s, _, _ in saved.rows if p == MINUTE_SECONDS]
+    assert len(minutes) == len(set(minutes))
+    through = period_start(T0 + 1199 - rt.running.grace)
+    assert set(saved.through.values()) == {through}
+    assert max(s for _, s in minutes) < through  # the minute not yet closed is not saved
+    assert sorted({s for _, s in minutes}) == list(range(T0, through, MINUTE_SECONDS))
+    rt.store.close()
