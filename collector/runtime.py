@@ -383,7 +383,7 @@ class Runtime:
     def saves_slo_counts(self) -> bool:
         """Whether the ledger's counts are saved in the store (collector/slo/saved.py)."""
         ledger = self.ledger
-        return ledger is not None and self.cluster is None and ledger.slot == MINUTE_SECONDS
+        return ledger is not None and ledger.slot == MINUTE_SECONDS
 
     def _count_fingerprints(self) -> dict[str, str]:
         assert self.rules is not None
@@ -405,7 +405,7 @@ class Runtime:
         if self.saves_slo_counts:
             assert ledger.live_since is not None
             try:
-                saved = saved_counts.load(self.store)
+                saved = saved_counts.load(self.store, self.settings.cluster.name or "")
                 resume = saved_counts.resume_from(
                     saved,
                     self._count_fingerprints(),
@@ -456,6 +456,7 @@ class Runtime:
                 keep_minutes,
                 keep_hours,
                 replace=self._replace_saved_counts,
+                owner=self.settings.cluster.name or "",
             )
             self._replace_saved_counts = False
         except SQLAlchemyError as exc:

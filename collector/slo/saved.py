@@ -21,8 +21,10 @@ What a saved count means is fixed when it is counted, as a Prometheus recording 
 - a target added to the configuration, removed, or moved to another business type counts where
   it is from then on; its earlier events stay where they were counted.
 
-Not saved: sharded collectors (each one's ledger holds the whole fleet, filled from what the
-others publish: collector/cluster.py) and rules whose windows are scaled below a minute.
+Sharded collectors (collector/cluster.py) each save their own ledger under their name: each holds
+the whole fleet's counts (its own and what the others published), and saves a minute only once
+the others' part of it is in (`cluster.settle` after it). Rules whose windows are scaled below a
+minute (tests, the demo's compressed clock) save nothing.
 """
 
 from __future__ import annotations
@@ -89,17 +91,17 @@ class Saved:
     rows: list[SavedRow] = field(default_factory=list)
 
 
-def load(store: Store) -> Saved:
+def load(store: Store, owner: str = "") -> Saved:
+    """What `owner` saved ("" unsharded, else the collector's name)."""
     saved = Saved()
+    k, c = slo_count_keys.c, slo_counts.c
     with store.engine.connect() as conn:
-        k = slo_count_keys.c
-        for key, fp, exact, through in conn.execute(select(k.key, k.fingerprint, k.exact, k.through_unix)):
+        for key, fp, exact, through in conn.execute(
+            select(k.key, k.fingerprint, k.exact, k.through_unix).where(k.owner == owner)
+        ):
             saved.fingerprint[key], saved.exact[key], saved.through[key] = fp, bool(exact), int(through)
-        c = slo_counts.c
-        saved.rows = [
-            (k, int(p), int(s), float(g), float(t))
-            for k, p, s, g, t in conn.execute(select(c.key, c.period_seconds, c.start_unix, c.good, c.total))
-        ]
+        found = conn.execute(select(c.key, c.period_seconds, c.start_unix, c.good, c.total).where(c.owner == owner))
+        saved.rows = [(key, int(p), int(s), float(g), float(t)) for key, p, s, g, t in found]
     return saved
 
 
@@ -133,38 +135,51 @@ def save(
     keep_minutes_from: int,
     keep_hours_from: int,
     replace: bool = False,
+    owner: str = "",
 ) -> None:
-    """Write `rows` (upserted) and every key's fingerprint, exactness and `through`, in one
-    transaction; forget minutes before `keep_minutes_from` and hours before `keep_hours_from`.
+    """Write `owner`'s `rows` (upserted) and every key's fingerprint, exactness and `through`, in
+    one transaction; forget minutes before `keep_minutes_from` and hours before `keep_hours_from`.
     `replace`: the rows are every count (a full backfill): what the store held is dropped first."""
     keys = ledger.count_keys()
+    c, k = slo_counts.c, slo_count_keys.c
     with store.engine.begin() as conn:
         if replace:
-            conn.execute(delete(slo_counts))
-            conn.execute(delete(slo_count_keys))
+            conn.execute(delete(slo_counts).where(c.owner == owner))
+            conn.execute(delete(slo_count_keys).where(k.owner == owner))
         upsert(
             conn,
             slo_counts,
-            [{"key": k, "period_seconds": p, "start_unix": s, "good": g, "total": t} for k, p, s, g, t in rows],
-            ["key", "period_seconds", "start_unix"],
+            [
+                {"owner": owner, "key": key, "period_seconds": p, "start_unix": s, "good": g, "total": t}
+                for key, p, s, g, t in rows
+            ],
+            ["owner", "key", "period_seconds", "start_unix"],
             ["good", "total"],
         )
         upsert(
             conn,
             slo_count_keys,
             [
-                {"key": k, "fingerprint": wanted[k], "exact": not counts.inexact, "through_unix": through}
-                for k, counts in keys.items()
-                if k in wanted
+                {
+                    "owner": owner,
+                    "key": key,
+                    "fingerprint": wanted[key],
+                    "exact": not counts.inexact,
+                    "through_unix": through,
+                }
+                for key, counts in keys.items()
+                if key in wanted
             ],
-            ["key"],
+            ["owner", "key"],
             ["fingerprint", "exact", "through_unix"],
         )
-        c = slo_counts.c
-        conn.execute(delete(slo_counts).where(c.period_seconds == MINUTE_SECONDS, c.start_unix < keep_minutes_from))
-        conn.execute(delete(slo_counts).where(c.period_seconds == HOUR_SECONDS, c.start_unix < keep_hours_from))
+        mine = c.owner == owner
+        conn.execute(
+            delete(slo_counts).where(mine, c.period_seconds == MINUTE_SECONDS, c.start_unix < keep_minutes_from)
+        )
+        conn.execute(delete(slo_counts).where(mine, c.period_seconds == HOUR_SECONDS, c.start_unix < keep_hours_from))
         # a key these rules no longer have: its rows go (its definition may come back changed)
-        gone = [k for (k,) in conn.execute(select(slo_count_keys.c.key)) if k not in wanted]
+        gone = [key for (key,) in conn.execute(select(k.key).where(k.owner == owner)) if key not in wanted]
         if gone:
-            conn.execute(delete(slo_counts).where(c.key.in_(gone)))
-            conn.execute(delete(slo_count_keys).where(slo_count_keys.c.key.in_(gone)))
+            conn.execute(delete(slo_counts).where(mine, c.key.in_(gone)))
+            conn.execute(delete(slo_count_keys).where(k.owner == owner, k.key.in_(gone)))

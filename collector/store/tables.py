@@ -119,6 +119,8 @@ Index("ix_llmslo_slo_deltas_published", slo_deltas.c.published_unix)
 slo_counts = Table(
     "llmslo_slo_counts",
     metadata,
+    # "" unsharded; sharded, the collector's name: each one's ledger holds the whole fleet's counts
+    Column("owner", String(128), primary_key=True),
     Column("key", String(300), primary_key=True),  # an objective's slo, or cache:<business type>
     Column("period_seconds", Integer, primary_key=True),  # 60 or 3600
     Column("start_unix", BigInteger, primary_key=True),
@@ -130,6 +132,7 @@ slo_counts = Table(
 slo_count_keys = Table(
     "llmslo_slo_count_keys",
     metadata,
+    Column("owner", String(128), primary_key=True),
     Column("key", String(300), primary_key=True),
     Column("fingerprint", String(64), nullable=False),  # of the objective's definition (saved.py)
     Column("exact", Boolean, nullable=False),  # no latency threshold fell between bucket bounds

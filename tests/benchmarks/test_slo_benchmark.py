@@ -5,6 +5,8 @@ and the 28-day budget period) over 1, 7 and 28 days of stored rollups for 20 and
 Side by side in the same run: the incremental ledger (collector/slo/ledger.py; its one-time
 backfill at start-up and its steady pass, the production path through `Runtime.evaluate_slos`)
 and the full re-read of the period that every pass did before (`Runtime._evaluate_from_store`).
+Then a restart on the same store: the first pass of a new collector, which reads back the counts
+the first one saved (collector/slo/saved.py) instead of backfilling from every stored rollup.
 
 Run: LLMSLO_SLO_TARGETS=20,200 LLMSLO_SLO_DAYS=1,7,28 .venv/bin/python -m pytest \
        tests/benchmarks/test_slo_benchmark.py -s
@@ -25,6 +27,7 @@ from collector.config import Settings
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, period_start
 from collector.runtime import Runtime
 from collector.sim.exposition import EngineMetrics, render
+from collector.slo.evaluate import SloStatus
 from collector.store.repository import _rollup_params, upsert_rollups
 
 pytestmark = pytest.mark.benchmark
@@ -93,6 +96,24 @@ def max_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def restarted(settings: Settings, now: float, before: list[SloStatus]) -> tuple[float, int | None, int]:
+    """A collector restarted on the same store (its ledger live from the same minute): the
+    seconds of its first pass, which reads the saved counts back, where they ended, and the
+    rollup rows it counted after them. Its statuses must be the first collector's."""
+    rt = Runtime(settings)
+    assert rt.ledger is not None
+    rt.ledger.live_since = now - 1
+    t0 = time.perf_counter()
+    after = rt.evaluate_slos(now + 5)
+    seconds = time.perf_counter() - t0
+    assert [(s.objective.slo, round(s.period.events.total, 6), round(s.period.events.good, 6)) for s in after] == [
+        (s.objective.slo, round(s.period.events.total, 6), round(s.period.events.good, 6)) for s in before
+    ]
+    resumed, read = rt.slo_counts_resumed_from, rt.slo_backfill_rows
+    rt.store.close()
+    return seconds, resumed, read
+
+
 @pytest.mark.parametrize(("n", "days"), cases())
 def test_slo_evaluation_incremental_against_full_re_read(n: int, days: int, tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text(rules_yaml())
@@ -128,12 +149,15 @@ def test_slo_evaluation_incremental_against_full_re_read(n: int, days: int, tmp_
         for c in [*rt.ledger.counts.values(), *rt.ledger.cache.values()]
     )
     rss1 = max_rss_mib()
+    restart, resumed_from, restart_rows = restarted(settings, now, statuses)
 
     if rows > FULL_RE_READ_MAX_ROWS:
         # the old path holds every row of the period in memory at once (~1 KB each): skip it
         print(f"\nSLO {n} targets, {days} d: ledger backfill {backfill:.1f} s, pass {ledger_ms:.1f} ms, rings "
               f"{ledger_bytes / 2**20:.1f} MiB, peak RSS {rss0:.0f} -> {rss1:.0f} MiB; full re-read of {rows} rows "
-              "not run (it would hold them all in memory)")  # fmt: skip
+              "not run (it would hold them all in memory)\n"
+              f"  restart: {restart:.2f} s from the saved counts (up to {resumed_from}) and {restart_rows} rollup "
+              f"rows; ratio backfill/restart {backfill / restart:.0f}x")  # fmt: skip
         rt.store.close()
         return
     t0 = time.perf_counter()
@@ -151,7 +175,9 @@ def test_slo_evaluation_incremental_against_full_re_read(n: int, days: int, tmp_
         f"  ledger: backfill once {backfill:.2f} s, pass {ledger_ms:.1f} ms (median of 5), "
         f"rings {ledger_bytes / 2**20:.1f} MiB, peak RSS {rss0:.0f} -> {rss1:.0f} MiB\n"
         f"  full re-read (every pass before): {full_ms:.0f} ms, peak RSS -> {rss2:.0f} MiB\n"
-        f"  ratio full/ledger per pass: {full_ms / ledger_ms:.0f}x; period totals agree on {agree}/{len(want)}"
+        f"  ratio full/ledger per pass: {full_ms / ledger_ms:.0f}x; period totals agree on {agree}/{len(want)}\n"
+        f"  restart: first pass {restart:.2f} s from the saved counts (up to {resumed_from}) and {restart_rows} "
+        f"rollup rows; ratio first pass without/with saved counts {backfill / restart:.0f}x"
     )
     assert agree == len(want)
     rt.store.close()

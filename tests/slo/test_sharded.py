@@ -5,6 +5,7 @@ stops the other takes them over without paging again."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Iterator
@@ -170,6 +171,47 @@ def test_two_shards_evaluate_the_whole_fleet_and_one_sends_its_alerts(tmp_path: 
     assert cost.total >= 8 and 0 < cost.good < cost.total
     for rt in rts:
         rt.store.close()
+
+
+def test_a_restarted_shard_reads_its_saved_counts_and_agrees_with_the_fleet(tmp_path: Path, pg_url: str) -> None:
+    """Each sharded collector saves its ledger (the whole fleet's counts) under its name; one that
+    restarts reads its own back, counts every shard's rollups from where they end, takes the
+    published counts from its start on, and answers what the other collector and a re-read do."""
+    rng = random.Random(9)
+    rts = [runtime(settings(tmp_path / str(i), pg_url, i)) for i in range(2)]
+    for rt in rts:
+        assert rt.ledger is not None and rt.saves_slo_counts
+        rt.ledger.live_since = T0
+    servers = {name: Server(rng, T0 - 30) for name in TARGETS}
+    restart = T0 + 3 * 3600 + 20  # 20 s into a minute
+    for start in range(T0, restart, 600):
+        end = min(start + 600, restart)
+        feed(rts, rng, servers, start, end)
+        sync_all(rts)
+        for rt in rts:
+            rt.evaluate_slos(end - 1.0)
+    stopped = rts[1]
+    stopped.save_slo_counts(restart - 1.0)  # as its shutdown does
+    assert stopped.cluster is not None
+    stopped.cluster.close()
+    stopped.store.close()
+    again = runtime(settings(tmp_path / "1", pg_url, 1))
+    again.begin_live_counting(restart)
+    for scraper in again.scrapers.values():
+        asyncio.run(scraper.load())
+    rts = [rts[0], again]
+    feed(rts, rng, servers, restart, restart + 600)
+    sync_all(rts)
+    now = restart + 599.0
+    assert again.rules is not None
+    want, _ = again._evaluate_from_store(again.rules, now)
+    for rt in rts:
+        assert comparable(rt.evaluate_slos(now)) == comparable(want), rt.settings.cluster.name
+    resumed = again.slo_counts_resumed_from
+    assert resumed is not None and restart - 3600 <= resumed <= restart
+    assert again.slo_backfill_rows < len(again.store.read_rows(T0, restart, metrics=again.slo_metrics)) / 4
+    statuses = {s.objective.slo: s for s in again.slo_statuses}
+    assert statuses["chat-ttft"].period.events.bad > 0 and statuses["batch-cost"].period.events.total >= 4
 
 
 def test_a_collector_keeps_its_own_targets_alerts_apart(tmp_path: Path, pg_url: str) -> None:

@@ -18,6 +18,7 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "llmslo_slo_counts",
+        sa.Column("owner", sa.String(128), primary_key=True),
         sa.Column("key", sa.String(300), primary_key=True),
         sa.Column("period_seconds", sa.Integer(), primary_key=True),
         sa.Column("start_unix", sa.BigInteger(), primary_key=True),
@@ -26,6 +27,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "llmslo_slo_count_keys",
+        sa.Column("owner", sa.String(128), primary_key=True),
         sa.Column("key", sa.String(300), primary_key=True),
         sa.Column("fingerprint", sa.String(64), nullable=False),
         sa.Column("exact", sa.Boolean(), nullable=False),
