@@ -167,6 +167,9 @@ SLO_BUDGET_REMAINING: Final = PREFIX + "slo_error_budget_remaining_ratio"
 SLO_GOOD_EVENTS: Final = PREFIX + "slo_good_events_total"
 SLO_EVENTS: Final = PREFIX + "slo_events_total"
 SLO_ALERT_FIRING: Final = PREFIX + "slo_alert_firing"
+SLO_COUNTS_SAVED_THROUGH: Final = PREFIX + "slo_counts_saved_through_timestamp_seconds"
+SLO_LEDGER_FILL_SECONDS: Final = PREFIX + "slo_ledger_fill_seconds"
+SLO_LEDGER_FILL_ROWS: Final = PREFIX + "slo_ledger_fill_rollup_rows"
 
 # cost model (collector/cost): dollar counters Prometheus can rate() and sum()
 COST_ALLOCATED_USD: Final = PREFIX + "cost_allocated_usd"  # counter: exposed with _total

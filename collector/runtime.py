@@ -230,6 +230,8 @@ class Runtime:
         # alone), how many rollup rows it read, and whether the next save replaces every count
         self.slo_counts_resumed_from: int | None = None
         self.slo_backfill_rows = 0
+        self.slo_fill_seconds = 0.0
+        self.slo_counts_saved_through: int | None = None  # the last save's end
         self._replace_saved_counts = False
         self.traces = TraceIngest(self)
         self.request_snapshot: dict[tuple[float, str, str], RequestSummary] = {}
@@ -426,9 +428,10 @@ class Runtime:
         if resume is None:
             ledger.touch_all()  # the next save writes every count, in place of what was there
         self._replace_saved_counts = resume is None
+        self.slo_fill_seconds = time.perf_counter() - started
         log.info(
             "SLO ledger filled in %.1f s: %s, then %d stored rollup rows",
-            time.perf_counter() - started,
+            self.slo_fill_seconds,
             f"saved counts up to {time.strftime('%Y-%m-%d %H:%M', time.gmtime(resume))}" if resume else "nothing saved",
             rows_read[0],
         )
@@ -459,6 +462,7 @@ class Runtime:
                 owner=self.settings.cluster.name or "",
             )
             self._replace_saved_counts = False
+            self.slo_counts_saved_through = through
         except SQLAlchemyError as exc:
             ledger.untake(rows)
             log.warning("could not save the SLO counts (%s); trying again with the next pass", exc)

@@ -213,6 +213,33 @@ class LlmsloCollector(Collector):
                 1.0 if inst.state == "firing" else 0.0,
             )
         yield from (objective, threshold, sli, burn_rate, remaining, good, total, firing)
+        yield from self._ledger_fill()
+
+    def _ledger_fill(self) -> Iterator[Metric]:
+        """How the SLO ledger was filled at start-up, and how far its saved counts go."""
+        rt = self.runtime
+        if rt.ledger is None or not rt.ledger.ready:
+            return
+        fill = GaugeMetricFamily(
+            conv.SLO_LEDGER_FILL_SECONDS,
+            "How long the SLO ledger's fill took at start-up (no SLO status or alert before it ended).",
+        )
+        fill.add_metric([], rt.slo_fill_seconds)
+        rows = GaugeMetricFamily(
+            conv.SLO_LEDGER_FILL_ROWS,
+            "Stored rollup rows the SLO ledger counted at start-up: those after its saved counts "
+            "(the whole SLO period's when none could be used).",
+        )
+        rows.add_metric([], float(rt.slo_backfill_rows))
+        yield from (fill, rows)
+        if rt.slo_counts_saved_through is not None:
+            through = GaugeMetricFamily(
+                conv.SLO_COUNTS_SAVED_THROUGH,
+                "Every closed minute before this time has its SLO counts saved in the store: a restart "
+                "counts the stored rollups again only from here.",
+            )
+            through.add_metric([], float(rt.slo_counts_saved_through))
+            yield through
 
     def _self_metrics(self) -> Iterator[Metric]:
         info = GaugeMetricFamily(conv.BUILD_INFO, "llmslo build information.", labels=["version"])

@@ -17,6 +17,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.config import load_settings
+from collector.runtime import Runtime
+from collector.slo.saved import load as load_saved
+from collector.store.repository import Store
+from tests.benchmarks.test_slo_benchmark import fill as fill_history
 from tests.targets import Behaviour, TargetServer, target_server, vllm_body
 
 
@@ -233,3 +238,51 @@ targets:
         assert encodes["ahead"] >= 2 and 2 <= encodes["on_request"] <= 3, encodes
         spent = {s.labels["when"]: s.value for s in fams["llmslo_fleet_view_encode_seconds"]}  # type: ignore[attr-defined]
         assert spent["ahead"] > 0 and spent["on_request"] > 0
+
+
+def test_a_restarted_collector_resumes_its_slo_counts_from_the_store(tmp_path: Path, targets: TargetServer) -> None:
+    """`llmslo serve` saves its SLO ledger's counts as minutes close and when it stops; started
+    again on the same store, it reads them back and counts only the rollups stored since (a day
+    of history: the first start counts all of it, the second a minute or two)."""
+    port = free_port()
+    config = tmp_path / "llmslo.yaml"
+    (tmp_path / "rules.yaml").write_text(
+        "version: v1\nevaluation_interval: 1s\nbusiness_types:\n  chat:\n    objectives:\n"
+        "      - {name: errors, sli: error_ratio, objective: 0.99}\n"
+        "      - {name: ttft, sli: latency, metric: ttft, threshold: 1s, objective: 0.95}\n"
+    )
+    config.write_text(f"""\
+data_dir: {tmp_path / "data"}
+rules: {tmp_path / "rules.yaml"}
+derive_interval: 1s
+scrape: {{interval: 1s, timeout: 800ms}}
+targets:
+  - {{name: healthy, url: "{targets.url("/healthy")}", business_type: chat}}
+""")
+    rt = Runtime(load_settings(config))
+    stored = fill_history(rt, 1, time.time() - 120)  # a day of the target's SLO series, as serve stores it
+    rt.store.close()
+
+    def fill_metrics(base: str) -> dict[str, float] | None:
+        text = httpx.get(f"{base}/metrics").text
+        found = {f.name: f.samples[0].value for f in text_string_to_metric_families(text) if f.samples}
+        wanted = ("llmslo_slo_ledger_fill_rollup_rows", "llmslo_slo_counts_saved_through_timestamp_seconds")
+        return found if all(w in found for w in wanted) else None
+
+    with llmslo_serve(config, port) as base:
+        first = wait_for(lambda: fill_metrics(base), timeout=60)
+    assert first["llmslo_slo_ledger_fill_rollup_rows"] >= stored * 0.9  # the whole period, counted once
+    with llmslo_serve(config, port) as base:
+        second = wait_for(lambda: fill_metrics(base), timeout=60)
+    assert second["llmslo_slo_ledger_fill_rollup_rows"] < stored / 20  # only what came after the save
+    assert (
+        second["llmslo_slo_counts_saved_through_timestamp_seconds"]
+        >= first["llmslo_slo_counts_saved_through_timestamp_seconds"]
+    )
+    slos = Store(f"sqlite:///{tmp_path / 'data' / 'llmslo.db'}")
+    try:
+        saved = load_saved(slos)
+        assert set(saved.fingerprint) == {"chat-errors", "chat-ttft", "cache:chat"}
+        assert {k for k, *_ in saved.rows} >= {"chat-errors", "chat-ttft"}
+    finally:
+        slos.close()
