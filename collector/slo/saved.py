@@ -153,7 +153,7 @@ def save(
                 {"owner": owner, "key": key, "period_seconds": p, "start_unix": s, "good": g, "total": t}
                 for key, p, s, g, t in rows
             ],
-            ["owner", "key", "period_seconds", "start_unix"],
+            ["owner", "period_seconds", "start_unix", "key"],
             ["good", "total"],
         )
         upsert(

@@ -121,9 +121,10 @@ slo_counts = Table(
     metadata,
     # "" unsharded; sharded, the collector's name: each one's ledger holds the whole fleet's counts
     Column("owner", String(128), primary_key=True),
-    Column("key", String(300), primary_key=True),  # an objective's slo, or cache:<business type>
+    # the key in this order so that forgetting old slots is a range of it
     Column("period_seconds", Integer, primary_key=True),  # 60 or 3600
     Column("start_unix", BigInteger, primary_key=True),
+    Column("key", String(300), primary_key=True),  # an objective's slo, or cache:<business type>
     Column("good", Float, nullable=False),
     Column("total", Float, nullable=False),
 )

@@ -19,9 +19,9 @@ def upgrade() -> None:
     op.create_table(
         "llmslo_slo_counts",
         sa.Column("owner", sa.String(128), primary_key=True),
-        sa.Column("key", sa.String(300), primary_key=True),
         sa.Column("period_seconds", sa.Integer(), primary_key=True),
         sa.Column("start_unix", sa.BigInteger(), primary_key=True),
+        sa.Column("key", sa.String(300), primary_key=True),
         sa.Column("good", sa.Float(), nullable=False),
         sa.Column("total", sa.Float(), nullable=False),
     )
