@@ -394,8 +394,14 @@ class Runtime:
 
     def _fill_ledger(self, ledger: SloLedger, now_unix: float) -> None:
         """The ledger's first pass: the saved counts read back, and the stored rollups counted
-        from where they end (all of the SLO period when there are none to use)."""
+        from where they end (all of the SLO period when there are none to use), into a ledger of
+        their own that the live one takes over once it is filled (`SloLedger.absorb`)."""
         started = time.perf_counter()
+        live = ledger
+        assert self.rules is not None and live.live_since is not None
+        ledger = SloLedger(self.rules, self.business_type_of, self.settings.retention.minute_rollups, self.cost_of)
+        ledger.live_since = live.live_since
+        ledger.start_rows, ledger.start_requests = live.start_rows, live.start_requests
         rows_read = [0]
 
         def read_rows(lo: int, hi: int, period: int) -> list[Row]:
@@ -405,7 +411,6 @@ class Runtime:
 
         resume: int | None = None
         if self.saves_slo_counts:
-            assert ledger.live_since is not None
             try:
                 saved = saved_counts.load(self.store, self.settings.cluster.name or "")
                 resume = saved_counts.resume_from(
@@ -427,6 +432,7 @@ class Runtime:
         self.slo_backfill_rows = rows_read[0]
         if resume is None:
             ledger.touch_all()  # the next save writes every count, in place of what was there
+        live.absorb(ledger)
         self._replace_saved_counts = resume is None
         self.slo_fill_seconds = time.perf_counter() - started
         log.info(

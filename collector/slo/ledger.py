@@ -30,6 +30,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 
+import numpy as np
+
 from collector.analytics.percentiles import fraction_at_or_below
 from collector.cost.allocation import CostInputs, Work
 from collector.cost.slo import CostOf, judge
@@ -101,6 +103,30 @@ class Ring:
                 i = n % self.slots
                 out.append((n * self.slot, self.good[i], self.total[i]))
         return out
+
+    def absorb(self, other: Ring) -> None:
+        """Add `other`'s counts (a ring of the same shape whose newest slot is not newer than
+        this one's, unless this one is empty) and its changed slots into this ring."""
+        assert other.slot == self.slot and other.slots == self.slots
+        dirty = self.dirty | other.dirty
+        if other.latest is None:
+            pass
+        elif self.latest is None:
+            self.good, self.total = array("d", other.good), array("d", other.total)
+            self.latest = other.latest
+        elif other.latest > self.latest:  # not the case at start-up (live commits are newer): slot by slot
+            for n in other.held():
+                i = n % other.slots
+                self.add(n * self.slot, other.good[i], other.total[i])
+        else:
+            # the slot each index of `other` holds, and which of them this ring still reaches
+            index = np.arange(self.slots)
+            held = other.latest - (other.latest - index) % self.slots
+            inside = held > self.latest - self.slots
+            good, total = np.frombuffer(self.good), np.frombuffer(self.total)
+            good[inside] += np.frombuffer(other.good)[inside]
+            total[inside] += np.frombuffer(other.total)[inside]
+        self.dirty = dirty
 
     def held(self) -> list[int]:
         """The slot numbers held that count anything."""
@@ -599,6 +625,35 @@ class SloLedger:
                 counts.inexact = not exact.get(key, True)
                 counts.minutes.dirty.clear()
                 counts.hours.dirty.clear()
+
+    def absorb(self, filled: SloLedger) -> None:
+        """Take what `filled` counted from the store (a ledger of the same rules, given this
+        one's start rows) into this one, which has counted the live commits meanwhile, and be
+        ready. The first pass fills a ledger of its own and hands it over only once filled: a
+        fill that fails half way (the database gone) leaves nothing behind, and the next pass
+        fills afresh instead of counting twice what the failed one had read."""
+        with self.lock, filled.lock:
+            mine = self.count_keys()
+            for key, counts in filled.count_keys().items():
+                have = mine[key]
+                have.minutes.absorb(counts.minutes)
+                have.hours.absorb(counts.hours)
+                have.inexact = have.inexact or counts.inexact
+            for slo, slots in filled.slices.items():
+                for start, (tokens, requests) in slots.items():
+                    slot = self.slices[slo].setdefault(start, [0.0, 0.0])
+                    slot[0] += tokens
+                    slot[1] += requests
+            for size, open_slices in filled.cost_open.items():
+                for start, inputs in open_slices.items():
+                    into = self.cost_open[size].setdefault(start, CostInputs())
+                    for pair, work in inputs.work.items():
+                        have_work = into.work.get(pair)
+                        if have_work is None:
+                            into.work[pair] = have_work = Work()
+                        have_work.merge(work)
+            self.start_rows, self.start_requests = (), ()
+            self.ready = True
 
     def _add_rows(self, rows: Iterable[Row], period: int) -> None:
         """Stored rows of `period`, added per target and period start (the backfill's)."""

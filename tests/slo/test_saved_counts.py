@@ -11,11 +11,13 @@ import random
 from pathlib import Path
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from collector.rollup import MINUTE_SECONDS, period_start
 from collector.runtime import Runtime
 from collector.slo import saved as saved_counts
 from collector.slo.evaluate import period_bounds
+from collector.slo.ledger import Ring
 from collector.traces.store import ingest
 from tests.slo.test_ledger import RULES, T0, Server, comparable, settings, spans
 
@@ -203,3 +205,73 @@ def test_each_pass_saves_the_slots_closed_since_the_last_one(tmp_path: Path) -> 
     assert max(s for _, s in minutes) < through  # the minute not yet closed is not saved
     assert sorted({s for _, s in minutes}) == list(range(T0, through, MINUTE_SECONDS))
     rt.store.close()
+
+
+@pytest.mark.parametrize("with_saved", [True, False])
+def test_a_fill_that_fails_half_way_leaves_nothing_behind(tmp_path: Path, with_saved: bool) -> None:
+    """The database fails in the middle of the first pass' fill (after the saved counts were read
+    back, or half way through the stored rollups): that pass fails, and the next one fills afresh,
+    counting nothing twice, while the live commits in between are kept."""
+    rng = random.Random(4)
+    db_url = f"sqlite:///{tmp_path / 'llmslo.db'}"
+    (tmp_path / "oracle").mkdir()
+    oracle = collector(tmp_path / "oracle", f"sqlite:///{tmp_path / 'oracle' / 'llmslo.db'}")
+    rt = collector(tmp_path, db_url)
+    servers = {name: Server(rng, T0 - 30) for name in rt.scrapers}
+    restart = T0 + 3 * 3600 + 10
+    for start in range(T0, restart, 600):
+        end = min(start + 600, restart)
+        feed([rt, oracle], rng, servers, start, end)
+        rt.evaluate_slos(end - 1.0)
+        oracle.evaluate_slos(end - 1.0)
+    if not with_saved:  # a collector from before the saved counts: the whole period is counted
+        with rt.store.engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM llmslo_slo_count_keys")
+    rt.store.close()
+    rt = collector(tmp_path, db_url, live_from=restart)
+    feed([rt, oracle], rng, servers, restart, restart + 300)
+    real, read, calls = rt.store.read_rows, [0], [0]
+
+    def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        # the second read after the saved counts were read back; else the read after the first
+        # one that brought rows (what a refill would count twice)
+        if calls[0] == 2 if with_saved else read[0] > 0:
+            raise OperationalError("SELECT", {}, Exception("the database went away"))
+        rows = real(*args, **kwargs)
+        read[0] += len(rows)
+        return rows
+
+    rt.store.read_rows = failing  # type: ignore[method-assign]
+    with pytest.raises(OperationalError):
+        rt.evaluate_slos(restart + 299.0)
+    assert rt.ledger is not None and not rt.ledger.ready and (with_saved or read[0] > 0)
+    rt.store.read_rows = real  # type: ignore[method-assign]
+    feed([rt, oracle], rng, servers, restart + 300, restart + 600)  # live commits meanwhile
+    now = restart + 599.0
+    assert comparable(rt.evaluate_slos(now)) == comparable(oracle.evaluate_slos(now))
+    assert (rt.slo_counts_resumed_from is not None) == with_saved
+    rt.store.close()
+    oracle.store.close()
+
+
+def test_a_ring_absorbs_another_as_adding_each_of_its_slots_would() -> None:
+    """Ring.absorb (arrays added where both rings reach) against adding the other ring's slots
+    one by one, for rings that are empty, behind, level or ahead, and a slot number wrapped."""
+    rng = random.Random(1)
+    for _ in range(200):
+        live, filled, want = Ring(60, 10), Ring(60, 10), Ring(60, 10)
+        for minute in sorted(rng.sample(range(40), rng.randint(0, 6))):
+            g, t = float(rng.randint(0, 5)), float(rng.randint(5, 9))
+            filled.add(minute * 60, g, t)
+        for minute in sorted(rng.sample(range(30, 60), rng.randint(0, 4))):
+            g, t = float(rng.randint(0, 5)), float(rng.randint(5, 9))
+            live.add(minute * 60, g, t)
+            want.add(minute * 60, g, t)
+        for n in filled.held():
+            i = n % filled.slots
+            want.add(n * 60, filled.good[i], filled.total[i])
+        live.absorb(filled)
+        assert live.latest == want.latest
+        assert [live.sum(m * 60, m * 60 + 60) for m in range(60)] == [want.sum(m * 60, m * 60 + 60) for m in range(60)]
+        assert live.dirty >= filled.dirty
