@@ -86,7 +86,9 @@ def _check_fleet_map(settings: Settings) -> None:
 
 def cmd_db(args: argparse.Namespace) -> int:
     """`llmslo db upgrade` applies the schema migrations (serve does too, at start-up);
-    `llmslo db current` prints the database's revision."""
+    `llmslo db current` prints the database's revision; `llmslo db recount-slos` forgets the SLO
+    ledger's saved counts (collector/slo/saved.py), so that the next start counts the SLO period
+    from the stored rollups again."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from collector.store import migrate
@@ -101,6 +103,8 @@ def cmd_db(args: argparse.Namespace) -> int:
         if args.action == "current":
             print(f"{database}: revision {migrate.current(engine) or 'none'} (newest {migrate.head()})")
             return 0
+        if args.action == "recount-slos":
+            return _forget_slo_counts(engine, database, args.force)
         before, after = migrate.upgrade(engine)
     except SQLAlchemyError as exc:
         print(f"{database}: {type(exc).__name__}: {str(exc).splitlines()[0]}", file=sys.stderr)
@@ -112,6 +116,31 @@ def cmd_db(args: argparse.Namespace) -> int:
         if before != after
         else f"{database}: at {after}, nothing to do"
     )
+    return 0
+
+
+def _forget_slo_counts(engine: Any, database: str, force: bool) -> int:
+    """Delete the saved SLO counts, unless a collector saved some in the last few minutes (it
+    would save again from where it is, and a later start would take that for the whole count)."""
+    import sqlalchemy as sa
+
+    from collector.store import migrate
+    from collector.store.tables import slo_count_keys, slo_counts
+
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        newest = conn.execute(sa.select(sa.func.max(slo_count_keys.c.through_unix))).scalar()
+        if newest is not None and newest > time.time() - 600 and not force:
+            print(
+                f"{database}: a collector saved SLO counts {time.time() - newest:.0f} s ago: stop every "
+                "collector on this database first (or pass --force)",
+                file=sys.stderr,
+            )
+            return 1
+        keys = conn.execute(sa.delete(slo_count_keys)).rowcount
+        rows = conn.execute(sa.delete(slo_counts)).rowcount
+    print(f"{database}: forgot the saved SLO counts ({keys} keys, {rows} rows); the next start counts "
+          "the SLO period from the stored rollups")  # fmt: skip
     return 0
 
 
@@ -842,11 +871,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_check_config)
 
     p = with_config(
-        sub.add_parser("db", help="database schema: `upgrade` applies migrations, `current` shows the revision")
+        sub.add_parser(
+            "db",
+            help="database: `upgrade` applies migrations, `current` shows the revision, `recount-slos` "
+            "forgets the saved SLO counts",
+        )
     )
     p.add_argument(
-        "action", choices=["upgrade", "current"], help="upgrade: apply migrations; current: show the revision"
+        "action",
+        choices=["upgrade", "current", "recount-slos"],
+        help="upgrade: apply migrations; current: show the revision; recount-slos: forget the SLO ledger's "
+        "saved counts, so that the next start counts the SLO period from the stored rollups (collectors stopped)",
     )
+    p.add_argument("--force", action="store_true", help="recount-slos: even if a collector saved counts just now")
     p.set_defaults(func=cmd_db)
 
     for name, func, default, what in (

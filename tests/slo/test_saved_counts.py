@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from collector.runtime import Runtime
 from collector.slo import saved as saved_counts
 from collector.slo.evaluate import period_bounds
 from collector.slo.ledger import Ring
+from collector.store.repository import Store
 from collector.traces.store import ingest
 from tests.slo.test_ledger import RULES, T0, Server, comparable, settings, spans
 
@@ -275,3 +278,32 @@ def test_a_ring_absorbs_another_as_adding_each_of_its_slots_would() -> None:
         assert live.latest == want.latest
         assert [live.sum(m * 60, m * 60 + 60) for m in range(60)] == [want.sum(m * 60, m * 60 + 60) for m in range(60)]
         assert live.dirty >= filled.dirty
+
+
+def test_llmslo_db_recount_slos_forgets_the_saved_counts(tmp_path: Path) -> None:
+    """`llmslo db recount-slos` (collectors stopped) makes the next start count the SLO period from
+    the stored rollups; it refuses while a collector seems to be saving, unless forced."""
+    rng = random.Random(6)
+    db_url = f"sqlite:///{tmp_path / 'llmslo.db'}"
+    rt = collector(tmp_path, db_url)
+    servers = {name: Server(rng, T0 - 30) for name in rt.scrapers}
+    feed([rt], rng, servers, T0, T0 + 1200)
+    rt.evaluate_slos(T0 + 1199.0)
+    rt.store.close()
+    config = tmp_path / "llmslo.yaml"
+    config.write_text(f"data_dir: {tmp_path}\ndatabase_url: {db_url}\n")
+    cli = [sys.executable, "-m", "collector.cli", "db", "recount-slos", "--config", str(config)]
+    # the saved counts end in the (virtual) future: as if a collector were saving right now
+    refused = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "stop every collector" in refused.stderr, refused
+    store = Store(db_url)
+    assert len(saved_counts.load(store).fingerprint) == 10  # untouched: 8 objectives, 2 caches
+    done = subprocess.run([*cli, "--force"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "forgot the saved SLO counts (10 keys" in done.stdout, done
+    assert saved_counts.load(store) == saved_counts.Saved()
+    store.close()
+    rt = collector(tmp_path, db_url, live_from=T0 + 1230)
+    feed([rt], rng, servers, T0 + 1230, T0 + 1500)
+    rt.evaluate_slos(T0 + 1499.0)
+    assert rt.slo_counts_resumed_from is None and rt.slo_backfill_rows > 0
+    rt.store.close()
