@@ -16,8 +16,9 @@ that no slice is judged on half its traffic) to the minute it started in.
 
 What a saved count means is fixed when it is counted, as a Prometheus recording rule's output is:
 - an objective whose definition changed (its SLI, metric, threshold, source, slice, minimum rate,
-  cost ceiling, or its business type's model patterns or the GPU prices) has a new fingerprint,
-  and every count is then made again from the stored rollups, once;
+  cost ceiling, or its business type's model patterns or the GPU prices) has a new fingerprint;
+  then, as for a new objective, every count is made again from the stored rollups, once (reading
+  them costs the same for one objective as for all);
 - a target added to the configuration, removed, or moved to another business type counts where
   it is from then on; its earlier events stay where they were counted.
 
