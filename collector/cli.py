@@ -124,6 +124,7 @@ def _forget_slo_counts(engine: Any, database: str, force: bool) -> int:
     would save again from where it is, and a later start would take that for the whole count)."""
     import sqlalchemy as sa
 
+    from collector.slo.saved import JUDGED, SLICES
     from collector.store import migrate
     from collector.store.tables import slo_count_keys, slo_counts
 
@@ -137,7 +138,8 @@ def _forget_slo_counts(engine: Any, database: str, force: bool) -> int:
                 file=sys.stderr,
             )
             return 1
-        keys = conn.execute(sa.delete(slo_count_keys)).rowcount
+        keys = conn.execute(sa.delete(slo_count_keys).where(slo_count_keys.c.key.not_in((SLICES, JUDGED)))).rowcount
+        conn.execute(sa.delete(slo_count_keys))
         rows = conn.execute(sa.delete(slo_counts)).rowcount
     print(f"{database}: forgot the saved SLO counts ({keys} keys, {rows} rows); the next start counts "
           "the SLO period from the stored rollups")  # fmt: skip

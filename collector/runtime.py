@@ -219,6 +219,8 @@ class Runtime:
         self.alerts = AlertBook(self.store)
         # sharded collectors on one PostgreSQL database (collector/cluster.py)
         self.cluster: Cluster | None = None
+        if self.ledger is not None and settings.cluster.name is None:
+            self.ledger.keep_recent()  # saved counts keep the open slices' parts (collector/slo/saved.py)
         if settings.cluster.name is not None:
             self.cluster = Cluster(self.store, settings.resolved_database_url, settings.cluster.name)
             self.alerts.fleet_owner, self.alerts.local_owner = FLEET, settings.cluster.name
@@ -410,24 +412,31 @@ class Runtime:
             return rows
 
         resume: int | None = None
+        judged_before: int | None = None  # the saved slices' end of judging (collector/slo/saved.py)
         if self.saves_slo_counts:
             try:
                 saved = saved_counts.load(self.store, self.settings.cluster.name or "")
-                resume = saved_counts.resume_from(
+                found = saved_counts.resume_from(
                     saved,
                     self._count_fingerprints(),
-                    period_start(ledger.live_since),
+                    period_start(live.live_since),
                     math.lcm(MINUTE_SECONDS, *ledger.slice_sizes()),
                     int(self.settings.retention.minute_rollups),
                 )
-                if resume is not None:
+                if found is not None:
+                    resume, with_slices = found
                     ledger.restore(saved.rows, saved.exact, resume)
+                    if with_slices:  # the open slices as the save left them: their later part comes next
+                        ledger.add_published(saved.slices)
+                        judged_before = saved.through.get(saved_counts.JUDGED)
                 elif saved.fingerprint:
                     log.info("the saved SLO counts were counted for other rules: counting the stored rollups again")
             except SQLAlchemyError as exc:
                 log.warning("could not read the saved SLO counts (%s): counting the stored rollups again", exc)
                 resume = None
         ledger.backfill(read_rows, lambda lo, hi, period: read_requests(self.store, lo, hi, period), now_unix, resume)
+        if judged_before is not None and resume is not None:
+            ledger.drop_judged(resume, judged_before)
         self.slo_counts_resumed_from = resume
         self.slo_backfill_rows = rows_read[0]
         if resume is None:
@@ -453,6 +462,7 @@ class Runtime:
         ledger.close_slices(now_unix)
         through = min(period_start(now_unix - self.running.grace), ledger.closed_before)
         rows = ledger.take_closed(through)
+        slices = ledger.settled_slices(through)
         keep_minutes = through - int(self.settings.retention.minute_rollups) - 2 * HOUR_SECONDS
         keep_hours = through - (max(c.hours.slots for c in ledger.count_keys().values()) + 1) * HOUR_SECONDS
         try:
@@ -466,6 +476,7 @@ class Runtime:
                 keep_hours,
                 replace=self._replace_saved_counts,
                 owner=self.settings.cluster.name or "",
+                slices=slices,
             )
             self._replace_saved_counts = False
             self.slo_counts_saved_through = through

@@ -55,6 +55,8 @@ from collector.traces.rollup import RequestCell, RequestKey
 
 log = logging.getLogger(__name__)
 
+KEEP_RECENT_SECONDS = 3600  # the longest a minute's slice parts wait for a save to take them
+
 
 class Ring:
     """Two counts (good, total) per slot of `slot` seconds, for the last `slots` slots; `dirty`
@@ -300,6 +302,10 @@ class SloLedger:
         # slice waits for their part before it is judged
         self.outbox: Outbox | None = None
         self.settle = 0
+        # unsharded with saved counts (`keep_recent`): per minute, what the live commits added to the
+        # open throughput and cost slices, so that a save can tell the slices' part before a
+        # minute from the part after it (`settled_slices`)
+        self.recent: dict[int, Outbox] | None = None
         self.closed_before = 0  # slices ending by this were judged: a late part of one is dropped
         self.late = 0  # published counts that came after their slice was judged
         self.unknown: set[str] = set()  # published keys these rules do not have
@@ -325,6 +331,7 @@ class SloLedger:
         places: dict[str, str | None] = {}
         outbox = self.outbox if live else None
         with self.lock:
+            recent = self._recent(start) if live and self.cost_open else None
             for ident, cell in cells:
                 for size, open_slices in self.cost_open.items():
                     slot = start - start % size
@@ -332,6 +339,12 @@ class SloLedger:
                     if inputs is None:
                         inputs = open_slices[slot] = CostInputs()
                     inputs.add(target, ident, cell)
+                    if recent is not None:
+                        part = recent.cost.setdefault(size, {})
+                        inputs = part.get(slot)
+                        if inputs is None:
+                            inputs = part[slot] = CostInputs()
+                        inputs.add(target, ident, cell)
                     if outbox is not None:
                         shared = outbox.cost.setdefault(size, {})
                         inputs = shared.get(slot)
@@ -380,6 +393,10 @@ class SloLedger:
             slot = self.slices[o.slo].setdefault(start - start % size, [0.0, 0.0])
             tokens = metric == "generation_tokens"
             slot[0 if tokens else 1] += cell.value
+            recent = self._recent(start) if live else None
+            if recent is not None:
+                g, t = (cell.value, 0.0) if tokens else (0.0, cell.value)
+                recent.add("slice:" + o.slo, start - start % size, g, t)
             if live and self.outbox is not None:
                 g, t = (cell.value, 0.0) if tokens else (0.0, cell.value)
                 self.outbox.add("slice:" + o.slo, start - start % size, g, t)
@@ -437,6 +454,9 @@ class SloLedger:
         done_before = period_start(now_unix - self.settle)
         with self.lock:
             self.closed_before = max(self.closed_before, done_before)
+            if self.recent is not None:  # bounded when no save takes them (the store failing)
+                for minute in [m for m in self.recent if m < done_before - KEEP_RECENT_SECONDS]:
+                    del self.recent[minute]
             for o in self.objectives:
                 if o.sli != "throughput" or o.min_tokens_per_second is None:
                     continue
@@ -595,6 +615,69 @@ class SloLedger:
                 if counts is not None:
                     ring = counts.minutes if period == MINUTE_SECONDS else counts.hours
                     ring.dirty.add(start // ring.slot)
+
+    def _recent(self, minute: int) -> Outbox | None:
+        """The record of `minute`'s live additions to the open slices (under the lock), when kept:
+        from the minute live counting started in on, for at most KEEP_RECENT_SECONDS of minutes."""
+        recent = self.recent
+        if recent is None or self.live_since is None or minute < period_start(self.live_since):
+            return None
+        part = recent.get(minute)
+        if part is None:
+            if len(recent) >= KEEP_RECENT_SECONDS // MINUTE_SECONDS:  # no save took them: the oldest go
+                del recent[min(recent)]
+            part = recent[minute] = Outbox()
+        return part
+
+    def keep_recent(self) -> None:
+        """Record per minute what the live commits add to the open slices (`settled_slices`)."""
+        self.recent = {}
+
+    def settled_slices(self, through: int) -> list[Published] | None:
+        """The open throughput and cost slices as the minutes before `through` left them (what
+        the live commits of later minutes added taken out), as published counts; the minutes
+        before `through` are no longer recorded. None when the record does not reach back to
+        `through` (it starts with the live commits)."""
+        with self.lock:
+            recent = self.recent
+            if recent is None or self.live_since is None or through < period_start(self.live_since):
+                return None
+            later = [part for minute, part in recent.items() if minute >= through]
+            for minute in [m for m in recent if m < through]:
+                del recent[minute]
+            out = []
+            for slo, slots in self.slices.items():
+                for start, (tokens, requests) in slots.items():
+                    for part in later:
+                        c = part.counts.get(("slice:" + slo, start))
+                        if c is not None:
+                            tokens, requests = tokens - c[0], requests - c[1]
+                    out.append(Published("slice:" + slo, start, tokens, requests))
+            for size, open_costs in self.cost_open.items():
+                for start, inputs in open_costs.items():
+                    work = {pair: [getattr(w, f) for f in WORK_FIELDS] for pair, w in inputs.work.items()}
+                    for part in later:
+                        taken = part.cost.get(size, {}).get(start)
+                        for pair, w in taken.work.items() if taken is not None else ():
+                            have = work.get(pair)
+                            if have is not None:
+                                work[pair] = [a - getattr(w, f) for a, f in zip(have, WORK_FIELDS, strict=True)]
+                    out.append(Published(f"cost:{size}", start, 0.0, 0.0, True, work))
+            return out
+
+    def drop_judged(self, before: int, judged_before: int) -> None:
+        """Forget the slices that started before `before` and ended by `judged_before`: an earlier
+        process judged them (their events are in its saved counts), and what a backfill from
+        `before` added to them is only their end."""
+        with self.lock:
+            for o in self.objectives:
+                if o.sli == "throughput":
+                    size = int(o.slice_seconds)
+                    for start in [s for s in self.slices[o.slo] if s < before and s + size <= judged_before]:
+                        del self.slices[o.slo][start]
+            for size, open_costs in self.cost_open.items():
+                for start in [s for s in open_costs if s < before and s + size <= judged_before]:
+                    del open_costs[start]
 
     def touch_all(self) -> None:
         """Mark every slot that counts anything changed (the next save writes all of them)."""

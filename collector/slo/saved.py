@@ -37,10 +37,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select
 
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS
-from collector.slo.ledger import SloLedger
+from collector.slo.ledger import Published, SloLedger
 from collector.slo.spec import SloRules
 from collector.store.repository import Store, upsert
 from collector.store.tables import slo_count_keys, slo_counts
@@ -82,14 +82,20 @@ def _digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
+SLICES = "slices"  # the key row of the open slices' parts (slice:<slo>, cost:<seconds> rows)
+JUDGED = "judged"  # its through_unix: the slices ending by then were judged when the parts were saved
+
+
 @dataclass
 class Saved:
-    """What the store holds: each key's fingerprint, exactness and the end of its save, and the rows."""
+    """What the store holds: each key's fingerprint, exactness and the end of its save, the
+    counts' rows, and the open slices' parts as of `through[SLICES]`."""
 
     fingerprint: dict[str, str] = field(default_factory=dict)
     exact: dict[str, bool] = field(default_factory=dict)
     through: dict[str, int] = field(default_factory=dict)
     rows: list[SavedRow] = field(default_factory=list)
+    slices: list[Published] = field(default_factory=list)
 
 
 def load(store: Store, owner: str = "") -> Saved:
@@ -100,31 +106,47 @@ def load(store: Store, owner: str = "") -> Saved:
         for key, fp, exact, through in conn.execute(
             select(k.key, k.fingerprint, k.exact, k.through_unix).where(k.owner == owner)
         ):
-            saved.fingerprint[key], saved.exact[key], saved.through[key] = fp, bool(exact), int(through)
-        found = conn.execute(select(c.key, c.period_seconds, c.start_unix, c.good, c.total).where(c.owner == owner))
-        saved.rows = [(key, int(p), int(s), float(g), float(t)) for key, p, s, g, t in found]
+            saved.through[key] = int(through)
+            if key not in (SLICES, JUDGED):
+                saved.fingerprint[key], saved.exact[key] = fp, bool(exact)
+        found = conn.execute(
+            select(c.key, c.period_seconds, c.start_unix, c.good, c.total, c.data).where(c.owner == owner)
+        )
+        for key, p, s, g, t, data in found:
+            if key.startswith(("slice:", "cost:")):
+                work = None if data is None else {(v[0], v[1]): [float(x) for x in v[2:]] for v in json.loads(data)}
+                saved.slices.append(Published(key, int(s), float(g), float(t), True, work))
+            else:
+                saved.rows.append((key, int(p), int(s), float(g), float(t)))
     return saved
 
 
-def resume_from(saved: Saved, wanted: dict[str, str], until: int, align: int, minute_retention: int) -> int | None:
-    """The minute from which the stored rollups must be counted again after the saved counts are
-    restored (whole slices of `align` seconds), or None when the saved counts cannot be used: a
-    key missing or counted for another definition, or saves that end at different times.
+def resume_from(
+    saved: Saved, wanted: dict[str, str], until: int, align: int, minute_retention: int
+) -> tuple[int, bool] | None:
+    """Where the stored rollups must be counted again after the saved counts are restored, and
+    whether the saved open slices' parts are restored too; None when the saved counts cannot be
+    used: a key missing or counted for another definition, or saves that end at different times.
 
-    `until`: the minute live counting started in. When the rollups from that minute on may already
-    be compacted into hours (the collector was down longer than the minutes are kept), the minute
-    is rounded down to the hour too, since a compacted hour is read whole or not at all."""
+    With the open slices' parts saved at the end of the counts (unsharded), the rollups are
+    counted from that end. Without them, from the whole slices (`align` seconds) before it: a
+    slice is never judged on part of its traffic. `until`: the minute live counting started in.
+    When the rollups from there on may already be compacted into hours (the collector was down
+    longer than the minutes are kept), the point is rounded down to the hour too, since a
+    compacted hour is read whole or not at all (and the slices' parts are not used)."""
     if not wanted or any(saved.fingerprint.get(k) != fp for k, fp in wanted.items()):
         return None
     throughs = {saved.through[k] for k in wanted}
     if len(throughs) != 1:
         return None
-    through = min(throughs.pop(), until)
-    point = through - through % align
-    if until - point > minute_retention - HOUR_SECONDS:
-        whole = math.lcm(align, HOUR_SECONDS)
-        point -= point % whole
-    return point
+    through = throughs.pop()
+    if until - through > minute_retention - HOUR_SECONDS:
+        point = min(through, until)
+        return point - point % math.lcm(align, HOUR_SECONDS), False
+    if saved.through.get(SLICES) == through and through <= until:
+        return through, True
+    point = min(through, until)
+    return point - point % align, False
 
 
 def save(
@@ -137,16 +159,47 @@ def save(
     keep_hours_from: int,
     replace: bool = False,
     owner: str = "",
+    slices: Sequence[Published] | None = None,
 ) -> None:
     """Write `owner`'s `rows` (upserted) and every key's fingerprint, exactness and `through`, in
     one transaction; forget minutes before `keep_minutes_from` and hours before `keep_hours_from`.
-    `replace`: the rows are every count (a full backfill): what the store held is dropped first."""
+    `replace`: the rows are every count (a full backfill): what the store held is dropped first.
+    `slices`: the open slices' parts as of `through` (`SloLedger.settled_slices`), in place of
+    the ones saved before; None: those saved before no longer match `through`."""
     keys = ledger.count_keys()
     c, k = slo_counts.c, slo_count_keys.c
     with store.engine.begin() as conn:
         if replace:
             conn.execute(delete(slo_counts).where(c.owner == owner))
             conn.execute(delete(slo_count_keys).where(k.owner == owner))
+        parts = (c.key.like("slice:%")) | (c.key.like("cost:%"))
+        conn.execute(delete(slo_counts).where(c.owner == owner, parts))
+        conn.execute(delete(slo_count_keys).where(k.owner == owner, k.key.in_((SLICES, JUDGED))))
+        if slices is not None:
+            upsert(
+                conn,
+                slo_counts,
+                [
+                    {
+                        "owner": owner,
+                        "period_seconds": 0,
+                        "start_unix": p.start_unix,
+                        "key": p.key,
+                        "good": p.good,
+                        "total": p.total,
+                        "data": None if p.work is None else json.dumps([[*pair, *v] for pair, v in p.work.items()]),
+                    }
+                    for p in slices
+                ],
+                ["owner", "period_seconds", "start_unix", "key"],
+                ["good", "total", "data"],
+            )
+            for key, until in ((SLICES, through), (JUDGED, ledger.closed_before)):
+                conn.execute(
+                    insert(slo_count_keys).values(
+                        owner=owner, key=key, fingerprint=_digest(sorted(wanted)), exact=True, through_unix=until
+                    )
+                )
         upsert(
             conn,
             slo_counts,
@@ -180,7 +233,8 @@ def save(
         )
         conn.execute(delete(slo_counts).where(mine, c.period_seconds == HOUR_SECONDS, c.start_unix < keep_hours_from))
         # a key these rules no longer have: its rows go (its definition may come back changed)
-        gone = [key for (key,) in conn.execute(select(k.key).where(k.owner == owner)) if key not in wanted]
+        held = conn.execute(select(k.key).where(k.owner == owner, k.key.not_in((SLICES, JUDGED))))
+        gone = [key for (key,) in held if key not in wanted]
         if gone:
             conn.execute(delete(slo_counts).where(mine, c.key.in_(gone)))
             conn.execute(delete(slo_count_keys).where(k.owner == owner, k.key.in_(gone)))

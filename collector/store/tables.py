@@ -124,9 +124,12 @@ slo_counts = Table(
     # the key in this order so that forgetting old slots is a range of it
     Column("period_seconds", Integer, primary_key=True),  # 60 or 3600
     Column("start_unix", BigInteger, primary_key=True),
-    Column("key", String(300), primary_key=True),  # an objective's slo, or cache:<business type>
+    # an objective's slo, or cache:<business type>; an open slice's part: slice:<slo> (tokens as
+    # good, requests as total) or cost:<slice seconds> (`data`: the per-(target, model) work)
+    Column("key", String(300), primary_key=True),
     Column("good", Float, nullable=False),
     Column("total", Float, nullable=False),
+    Column("data", Text, nullable=True),
 )
 
 # One row per key of llmslo_slo_counts: what its counts were counted for, and how far.

@@ -19,7 +19,7 @@ from collector.rollup import MINUTE_SECONDS, period_start
 from collector.runtime import Runtime
 from collector.slo import saved as saved_counts
 from collector.slo.evaluate import period_bounds
-from collector.slo.ledger import Ring
+from collector.slo.ledger import WORK_FIELDS, Ring
 from collector.store.repository import Store
 from collector.traces.store import ingest
 from tests.slo.test_ledger import RULES, T0, Server, comparable, settings, spans
@@ -62,6 +62,20 @@ def collector(tmp_path: Path, db_url: str, live_from: int | None = None) -> Runt
     return rt
 
 
+def open_slices(rt: Runtime) -> tuple[object, object]:
+    """The ledger's open throughput slices (tokens, requests) and cost slices (each target's work)."""
+    assert rt.ledger is not None
+    throughput = {
+        slo: {s: [round(x, 6) for x in v] for s, v in slots.items()} for slo, slots in rt.ledger.slices.items()
+    }
+    cost = {
+        (size, s): {pair: [round(getattr(w, f), 6) for f in WORK_FIELDS] for pair, w in inputs.work.items()}
+        for size, slots in rt.ledger.cost_open.items()
+        for s, inputs in slots.items()
+    }
+    return throughput, cost
+
+
 def rows_of_the_period(rt: Runtime, now: float) -> int:
     """The stored rollup rows a ledger without saved counts reads for its period."""
     assert rt.rules is not None
@@ -97,11 +111,13 @@ def test_a_restart_reads_the_saved_counts_and_matches_a_collector_that_never_sto
     now = restart + 600 - 1.0
     got, want = rt.evaluate_slos(now), oracle.evaluate_slos(now)
     assert comparable(got) == comparable(want)
-    # the saved counts were read back, and the rollups counted again only from where they end
-    # (rounded down to whole 30-minute cost slices), not the whole period
+    assert open_slices(rt) == open_slices(oracle) and open_slices(rt)[1]  # the slices still open, to the token
+    # the saved counts were read back with the open slices' parts (the 30-minute cost slice and
+    # the 5-minute throughput slice running then), and the rollups counted again only from where
+    # the save ended, not the whole period
     resumed = rt.slo_counts_resumed_from
-    assert resumed is not None and resumed % 1800 == 0
-    assert restart - 3600 <= resumed <= period_start(restart)
+    assert resumed is not None and resumed % 60 == 0
+    assert restart - 1500 <= resumed <= period_start(restart) and (resumed > restart - 120) == graceful
     assert rt.slo_backfill_rows < rows_of_the_period(rt, now) / 4
     if not graceful:  # the minutes after the last pass' save: counted from the rollups
         assert rt.slo_backfill_rows > 0

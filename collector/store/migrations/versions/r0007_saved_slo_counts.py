@@ -24,6 +24,7 @@ def upgrade() -> None:
         sa.Column("key", sa.String(300), primary_key=True),
         sa.Column("good", sa.Float(), nullable=False),
         sa.Column("total", sa.Float(), nullable=False),
+        sa.Column("data", sa.Text(), nullable=True),
     )
     op.create_table(
         "llmslo_slo_count_keys",

@@ -1,0 +1,141 @@
+"""Restart benchmark: `llmslo serve` started twice on a store that already holds days of a fleet's
+SLO history (LLMSLO_RESTART_DAYS, 1; minutes for the last 48 h, hours before), scraping the same
+N loopback vLLM targets at 15 s (LLMSLO_RESTART_TARGETS, 1,000) with the shipped rules.
+
+The first start has no saved SLO counts: its ledger counts every stored rollup of the SLO period,
+as every start did before session 28 (the baseline). It is stopped (SIGTERM: it saves what closed
+since its last pass) and started again: the second start reads back the counts it saved and
+counts only the rollups stored since (collector/slo/saved.py). For each start, over its first
+LLMSLO_RESTART_SECONDS (240): when the SLO status was back (`llmslo_slo_ledger_fill_seconds`
+appears on /metrics, polled every second from the process' start), the fill's time and the rollup
+rows it counted, the scrapes done, failed and skipped, and the collector's CPU.
+
+Run: LLMSLO_RESTART_TARGETS=1000 LLMSLO_RESTART_DAYS=1 .venv/bin/python -m pytest \
+       tests/benchmarks/test_restart_benchmark.py -s
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collector.config import load_settings
+from collector.runtime import Runtime
+from tests.benchmarks.test_fleet_benchmark import (
+    ROOT,
+    TYPES,
+    cpu_seconds,
+    free_port,
+    http,
+    llmslo_scrapes,
+    process,
+    skipped_slots,
+    wait_http,
+)
+from tests.benchmarks.test_slo_benchmark import fill
+
+pytestmark = pytest.mark.benchmark
+
+
+@dataclass
+class Start:
+    status_back: float  # seconds from the process' start until the SLO status was back
+    fill_seconds: float
+    fill_rows: float
+    scrapes: float
+    failed: float
+    skipped: float
+    cpu: float
+
+
+def fill_metrics(base: str) -> dict[str, float] | None:
+    found = {}
+    for line in http().get(f"{base}/metrics", timeout=30).text.splitlines():
+        if line.startswith(("llmslo_slo_ledger_fill_seconds ", "llmslo_slo_ledger_fill_rollup_rows ")):
+            name, value = line.split()
+            found[name] = float(value)
+    return found if len(found) == 2 else None
+
+
+def start_once(config: Path, tmp_path: Path, port: int, seconds: float, label: str) -> Start:
+    base = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "collector.cli", "serve", "--config", str(config)]
+    started = time.monotonic()
+    with process(cmd, ROOT, log=tmp_path / f"{label}.log") as proc:
+        wait_http(f"{base}/readyz", 120)
+        fill_found: dict[str, float] | None = None
+        status_back = float("nan")
+        while time.monotonic() - started < seconds:
+            if fill_found is None:
+                fill_found = fill_metrics(base)
+                if fill_found is not None:
+                    status_back = time.monotonic() - started
+            time.sleep(1.0)
+        done, failed = llmslo_scrapes(base)
+        skipped = skipped_slots(base)
+        cpu = cpu_seconds(proc.pid)
+    assert fill_found is not None, f"the SLO ledger was not filled within {seconds:.0f} s"
+    return Start(
+        status_back,
+        fill_found["llmslo_slo_ledger_fill_seconds"],
+        fill_found["llmslo_slo_ledger_fill_rollup_rows"],
+        done,
+        failed,
+        skipped,
+        cpu,
+    )
+
+
+def test_a_restart_on_days_of_fleet_history(tmp_path: Path) -> None:
+    n = int(os.environ.get("LLMSLO_RESTART_TARGETS", "1000"))
+    days = int(os.environ.get("LLMSLO_RESTART_DAYS", "1"))
+    seconds = float(os.environ.get("LLMSLO_RESTART_SECONDS", "240"))
+    port, api_port = free_port(), free_port()
+    with process([sys.executable, "-m", "tests.benchmarks.fleet_server", "--port", str(port)], ROOT):
+        wait_http(f"http://127.0.0.1:{port}/t/0/metrics", 30)
+        config = tmp_path / "llmslo.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "data_dir": str(tmp_path),
+                    "server": {"host": "127.0.0.1", "port": api_port},
+                    "rules": str(ROOT / "rules"),
+                    "targets": [
+                        {
+                            "name": f"t{i}",
+                            "url": f"http://127.0.0.1:{port}/t/{i}/metrics",
+                            "business_type": TYPES[i % len(TYPES)],
+                        }
+                        for i in range(n)
+                    ],
+                }
+            )
+        )
+        t0 = time.perf_counter()
+        rt = Runtime(load_settings(config))
+        stored = fill(rt, days, time.time() - 60)  # the history, as serve leaves it
+        rt.store.close()
+        print(f"\nRESTART {n} targets, {days} d of SLO history: {stored} rollup rows written in "
+              f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
+        first = start_once(config, tmp_path, api_port, seconds, "first")
+        again = start_once(config, tmp_path, api_port, seconds, "again")
+    slots = n * seconds / 15
+    print(f"  over each start's first {seconds:.0f} s (~{slots:.0f} scrape slots):")
+    for label, s in (("first start (every stored rollup counted)", first), ("restart (saved counts)", again)):
+        print(
+            f"  {label}: SLO status back after {s.status_back:.1f} s (fill {s.fill_seconds:.1f} s, "
+            f"{s.fill_rows:.0f} rollup rows); scrapes {s.scrapes:.0f} done, {s.failed:.0f} failed, "
+            f"{s.skipped:.0f} slots skipped; CPU {s.cpu:.1f} s"
+        )
+    print(
+        f"  ratio first start / restart: SLO status back {first.status_back / again.status_back:.1f}x, "
+        f"CPU {first.cpu / again.cpu:.2f}x"
+    )
+    assert again.fill_rows < first.fill_rows / 10
+    assert again.status_back < first.status_back
