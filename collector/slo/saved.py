@@ -10,9 +10,14 @@ collector had no SLO status and no burn-rate alert.
 Now each evaluation pass saves the minute and hour slots that closed since the last pass
 (`llmslo_slo_counts`, one row per objective and slot: ~100 rows a minute for 100 objectives,
 whatever the fleet's size), with each key's fingerprint and how far the save goes
-(`llmslo_slo_count_keys`). A new process reads those rows back and counts from the stored rollups
-only what came after: the minutes from the save's end (rounded down to the objectives' slices, so
-that no slice is judged on half its traffic) to the minute it started in.
+(`llmslo_slo_count_keys`), and the throughput and cost slices still open as the minutes before
+the save's end left them (`slice:<slo>`, `cost:<seconds>` rows; the ledger records per minute what
+the live commits add to them, so that the later minutes' part can be taken out), with where the
+judged slices ended then. A new process reads those rows back and counts from the stored rollups
+only what came after: the minutes from the save's end to the minute it started in. A slice is
+thus judged on all its traffic, and once: a slice the earlier process judged is not judged again
+from the part of it the rollups give. Without the open slices (sharded collectors, or a save older
+than the minutes kept), the rollups are counted from the start of the longest slice running.
 
 What a saved count means is fixed when it is counted, as a Prometheus recording rule's output is:
 - an objective whose definition changed (its SLI, metric, threshold, source, slice, minimum rate,
