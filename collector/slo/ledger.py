@@ -339,18 +339,13 @@ class SloLedger:
                     if inputs is None:
                         inputs = open_slices[slot] = CostInputs()
                     inputs.add(target, ident, cell)
-                    if recent is not None:
-                        part = recent.cost.setdefault(size, {})
-                        inputs = part.get(slot)
-                        if inputs is None:
-                            inputs = part[slot] = CostInputs()
-                        inputs.add(target, ident, cell)
-                    if outbox is not None:
-                        shared = outbox.cost.setdefault(size, {})
-                        inputs = shared.get(slot)
-                        if inputs is None:
-                            inputs = shared[slot] = CostInputs()
-                        inputs.add(target, ident, cell)
+                    for also in (recent, outbox):  # a minute's record (saved counts), the cluster's outbox
+                        if also is not None:
+                            part = also.cost.setdefault(size, {})
+                            inputs = part.get(slot)
+                            if inputs is None:
+                                inputs = part[slot] = CostInputs()
+                            inputs.add(target, ident, cell)
                 if ident.kind is Kind.GAUGE:
                     continue
                 model = ident.key.model
