@@ -108,6 +108,14 @@ def process(
             out.close()  # type: ignore[union-attr]
 
 
+@contextmanager
+def loopback_fleet(port: int) -> Iterator[None]:
+    """The loopback vLLM fleet (tests/benchmarks/fleet_server.py) on `port`, once it answers."""
+    with process([sys.executable, "-m", "tests.benchmarks.fleet_server", "--port", str(port)], ROOT):
+        wait_http(f"http://127.0.0.1:{port}/t/0/metrics", 30)
+        yield
+
+
 def wait_http(url: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -289,8 +297,7 @@ def test_fleet_against_prometheus(n: int, db: str, tmp_path: Path) -> None:
     if prometheus is None and os.environ.get("CI") == "true":
         pytest.fail("prometheus is not installed (apt-get install prometheus)")
     port = free_port()
-    with process([sys.executable, "-m", "tests.benchmarks.fleet_server", "--port", str(port)], ROOT):
-        wait_http(f"http://127.0.0.1:{port}/t/0/metrics", 30)
+    with loopback_fleet(port):
         urls = [f"http://127.0.0.1:{port}/t/{i}/metrics" for i in range(n)]
         shards = int(os.environ.get("LLMSLO_FLEET_SHARDS", "1"))
         if shards > 1 and db != "postgresql":

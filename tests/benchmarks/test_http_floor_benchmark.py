@@ -22,6 +22,7 @@ from tests.benchmarks.test_fleet_benchmark import (
     ROOT,
     cpu_seconds,
     free_port,
+    loopback_fleet,
     process,
     prometheus_scrapes,
     wait_http,
@@ -39,8 +40,7 @@ def test_http_client_floor_against_prometheus(tmp_path: Path) -> None:
             pytest.fail("prometheus is not installed (apt-get install prometheus)")
         pytest.skip("Debian's prometheus is not installed: no baseline")
     port = free_port()
-    with process([sys.executable, "-m", "tests.benchmarks.fleet_server", "--port", str(port)], ROOT):
-        wait_http(f"http://127.0.0.1:{port}/t/0/metrics", 30)
+    with loopback_fleet(port):
         prom_cfg = {
             "global": {"scrape_interval": "15s", "scrape_timeout": "10s"},
             "scrape_configs": [

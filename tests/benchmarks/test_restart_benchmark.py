@@ -35,6 +35,7 @@ from tests.benchmarks.test_fleet_benchmark import (
     free_port,
     http,
     llmslo_scrapes,
+    loopback_fleet,
     process,
     skipped_slots,
     wait_http,
@@ -102,8 +103,7 @@ def test_a_restart_on_days_of_fleet_history(tmp_path: Path) -> None:
     days = int(os.environ.get("LLMSLO_RESTART_DAYS", "1"))
     seconds = float(os.environ.get("LLMSLO_RESTART_SECONDS", "240"))
     port, api_port = free_port(), free_port()
-    with process([sys.executable, "-m", "tests.benchmarks.fleet_server", "--port", str(port)], ROOT):
-        wait_http(f"http://127.0.0.1:{port}/t/0/metrics", 30)
+    with loopback_fleet(port):
         config = tmp_path / "llmslo.yaml"
         config.write_text(
             yaml.safe_dump(

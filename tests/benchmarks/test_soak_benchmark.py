@@ -21,7 +21,15 @@ import httpx
 import pytest
 import yaml
 
-from tests.benchmarks.test_fleet_benchmark import ROOT, cpu_seconds, free_port, process, rss_mib, wait_http
+from tests.benchmarks.test_fleet_benchmark import (
+    ROOT,
+    cpu_seconds,
+    free_port,
+    loopback_fleet,
+    process,
+    rss_mib,
+    wait_http,
+)
 from tests.benchmarks.test_trace_benchmark import make_batch, template_batch
 
 pytestmark = pytest.mark.benchmark
@@ -42,8 +50,7 @@ def test_soak_memory_stays_flat(tmp_path: Path) -> None:
     spans_per_second = float(os.environ.get("LLMSLO_SOAK_SPANS_PER_SECOND", "500"))
     n = int(os.environ.get("LLMSLO_SOAK_TARGETS", "200"))
     fleet_port, api_port = free_port(), free_port()
-    with process([sys.executable, "-m", "tests.benchmarks.fleet_server", "--port", str(fleet_port)], ROOT):
-        wait_http(f"http://127.0.0.1:{fleet_port}/t/0/metrics", 30)
+    with loopback_fleet(fleet_port):
         config = {
             "data_dir": str(tmp_path),
             "server": {"host": "127.0.0.1", "port": api_port},
