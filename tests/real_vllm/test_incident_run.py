@@ -208,9 +208,13 @@ def test_an_incident_run_on_the_real_engine(vllm_python: Path, slow_model: Path,
             assert firing() == set(), "healthy traffic must not alert"
 
             # overload: a burst of long answers on a server that runs two requests at a time (short
-            # prompts: the prefix-cache level the collapse is judged against stays the healthy one)
+            # prompts: the prefix-cache level the collapse is judged against stays the healthy one).
+            # The page needs both of a pair over its factor: 6x over 6h means more than 30 % of the
+            # window's TTFTs over 1 s, and the window also holds the 21 healthy requests. With 64
+            # tokens per answer a CI run saw only 12 of the 24 slow (26.7 %: no page); 128 tokens
+            # keep each request in the engine twice as long, so about twice as many wait past 1 s.
             with ThreadPoolExecutor(max_workers=24) as pool:
-                list(pool.map(lambda i: complete(vllm.base, f"rush {i}", 64, stream=True), range(24)))
+                list(pool.map(lambda i: complete(vllm.base, f"rush {i}", 128, stream=True), range(24)))
             wait_for(
                 lambda: ("LLMSLOChatTtftBudgetBurn", "page") in firing(),
                 60,
