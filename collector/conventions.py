@@ -45,6 +45,9 @@ CLUSTER_COUNTS_RECEIVED_TOTAL: Final = PREFIX + "cluster_counts_received_total"
 CLUSTER_COUNTS_LATE_TOTAL: Final = PREFIX + "cluster_counts_late_total"
 CLUSTER_EXCHANGE_FAILURES_TOTAL: Final = PREFIX + "cluster_exchange_failures_total"
 # each periodic job (derive, drift, slo, report, ...): like Prometheus' rule-group timings
+# labelled `periodic_job` (derive, drift, evaluate, ...), not `job`: a Prometheus scraping llmslo
+# sets `job` itself and would rename llmslo's to `exported_job`
+LABEL_PERIODIC_JOB: Final = "periodic_job"
 JOB_LAST_DURATION: Final = PREFIX + "job_last_duration_seconds"
 JOB_DURATION_TOTAL: Final = PREFIX + "job_duration_seconds_total"
 JOB_RUNS_TOTAL: Final = PREFIX + "job_runs_total"

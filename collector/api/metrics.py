@@ -269,11 +269,12 @@ class LlmsloCollector(Collector):
             conv.JOB_LAST_DURATION,
             "How long the last run of each periodic job took (derive, drift, slo, ...): near its "
             "interval, the collector is near its limit.",
-            labels=["job"],
+            labels=[conv.LABEL_PERIODIC_JOB],
         )
-        total = CounterMetricFamily(conv.JOB_DURATION_TOTAL, "Time spent in each periodic job.", labels=["job"])
-        runs = CounterMetricFamily(conv.JOB_RUNS_TOTAL, "Runs of each periodic job.", labels=["job"])
-        when = GaugeMetricFamily(conv.JOB_LAST_RUN, "When each periodic job last finished.", labels=["job"])
+        job_label = [conv.LABEL_PERIODIC_JOB]
+        total = CounterMetricFamily(conv.JOB_DURATION_TOTAL, "Time spent in each periodic job.", labels=job_label)
+        runs = CounterMetricFamily(conv.JOB_RUNS_TOTAL, "Runs of each periodic job.", labels=job_label)
+        when = GaugeMetricFamily(conv.JOB_LAST_RUN, "When each periodic job last finished.", labels=job_label)
         for job in sorted(timings.runs):
             last.add_metric([job], timings.last_seconds[job])
             total.add_metric([job], timings.total_seconds[job])

@@ -185,7 +185,7 @@ def job_timings(base: str) -> dict[str, tuple[float, float]]:
     last: dict[str, float] = {}
     for fam in text_string_to_metric_families(http().get(f"{base}/metrics", timeout=60).text):
         for sample in fam.samples:
-            job = sample.labels.get("job")
+            job = sample.labels.get("periodic_job")
             if sample.name == "llmslo_job_duration_seconds_total":
                 total[job] = sample.value
             elif sample.name == "llmslo_job_runs_total":

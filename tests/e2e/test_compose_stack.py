@@ -269,6 +269,12 @@ def test_the_compose_configuration_runs_natively(tmp_path: Path) -> None:
         assert httpx.get(f"http://127.0.0.1:{am_port}/-/ready").status_code == 200
         built = httpx.get(f"{api}/query", params={"query": "llmslo_build_info"}).json()["data"]["result"]
         assert built and built[0]["metric"]["job"] == "llmslo"
+        # llmslo's own labels arrive as llmslo wrote them: none renamed exported_* by Prometheus
+        renamed = httpx.get(
+            f"{api}/query",
+            params={"query": '{job="llmslo", exported_job=~".+"} or {job="llmslo", exported_instance=~".+"}'},
+        ).json()["data"]["result"]
+        assert renamed == []
         # the collector's own health alert reads two of llmslo's counters as Prometheus stores them
         rule = next(r for g in groups for r in g["rules"] if r.get("name") == "LLMSLOCollectorSkippingScrapes")
         for name in ("llmslo_scrape_slots_skipped_total", "llmslo_scrapes_total"):

@@ -151,10 +151,14 @@ deployments:
         # every scrape is bounded by its 0.8 s timeout, inside the 1 s interval: no slot skipped
         assert fams["llmslo_scrape_slots_skipped"][0].value == 0  # type: ignore[attr-defined]
         # each periodic job's timings: the derive pass ran, within its interval
-        runs = {s.labels["job"]: s.value for s in fams["llmslo_job_runs"] if s.name.endswith("_total")}  # type: ignore[attr-defined]
+        runs = {s.labels["periodic_job"]: s.value for s in fams["llmslo_job_runs"] if s.name.endswith("_total")}  # type: ignore[attr-defined]
         assert runs.get("derive", 0) >= 1 and set(runs) <= {"derive", "drift", "evaluate", "compact"}, runs
-        last = {s.labels["job"]: s.value for s in fams["llmslo_job_last_duration_seconds"]}  # type: ignore[attr-defined]
+        last = {s.labels["periodic_job"]: s.value for s in fams["llmslo_job_last_duration_seconds"]}  # type: ignore[attr-defined]
         assert 0 < last["derive"] < 5.0, last
+        # no series carries a label the Prometheus scraping llmslo sets itself (it would rename
+        # llmslo's to exported_job / exported_instance): the job timings were labelled `job`
+        clash = {(sample.name, name) for samples in fams.values() for sample in samples for name in sample.labels}  # type: ignore[attr-defined]
+        assert not {c for c in clash if c[1] in ("job", "instance")}, clash
         # cost: a configured replica is billed for the whole window, whatever was scraped
         cost = httpx.get(f"{base}/api/v1/cost", params={"window": "5m", "group_by": "deployment"}).json()
         assert cost["allocated_usd"] == pytest.approx(3.6 * 5 / 60)
