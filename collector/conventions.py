@@ -142,6 +142,7 @@ def quantile_label(q: float) -> str:
 # --- trace ingestion and per-request series (bounded tenant cardinality) ---------------------
 LABEL_TENANT: Final = "tenant"
 LABEL_RESULT: Final = "result"
+LABEL_SOURCE: Final = "source"
 LABEL_STATUS: Final = "status"
 LABEL_TRANSPORT: Final = "transport"  # http | grpc
 LABEL_MEASURED_AT: Final = "measured_at"
@@ -184,3 +185,4 @@ COST_GPU_HOUR_USD: Final = PREFIX + "cost_gpu_hour_usd"
 DRIFT_STATISTIC: Final = PREFIX + "drift_statistic"
 DRIFT_THRESHOLD: Final = PREFIX + "drift_threshold_psi"
 DRIFT_DETECTED: Final = PREFIX + "drift_detected"
+DRIFT_REFERENCE_MINUTES_TOTAL: Final = PREFIX + "drift_reference_minutes_total"  # label source: saved | rollups

@@ -52,6 +52,7 @@ from collector.drift.compare import (
     compare_sides,
 )
 from collector.drift.monitor import DriftMonitor
+from collector.drift.saved import SavedMinutes, mapping_fingerprint
 from collector.fleetmap import FleetMap
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, period_start
 from collector.slo import saved as saved_counts
@@ -202,6 +203,9 @@ class Runtime:
                 settings.traces.top_tenants,
                 lambda name: fetch_baseline(self.store, name),
                 self.open_rows,
+                SavedMinutes(self.store, settings.cluster.name or "", mapping_fingerprint(settings.targets, self.rules))
+                if settings.drift.reference == "trailing"
+                else None,
             )
             if settings.drift.enabled
             else None

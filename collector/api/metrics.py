@@ -61,7 +61,15 @@ class LlmsloCollector(Collector):
                     stats.add_metric([*key, name], value)
             threshold.add_metric([*key, "true" if f.threshold.calibrated else "false"], f.threshold.psi)
             drifted.add_metric(key, 1.0 if f.drifted else 0.0)
-        yield from (stats, threshold, drifted)
+        minutes = CounterMetricFamily(
+            conv.DRIFT_REFERENCE_MINUTES_TOTAL,
+            "Engine minutes the drift reference took in, by source: saved (loaded from the store: "
+            "collector/drift/saved.py) or rollups (reduced from every target's stored rows).",
+            labels=[conv.LABEL_SOURCE],
+        )
+        for source, n in sorted(monitor.minutes_read.items()):
+            minutes.add_metric([source], float(n))
+        yield from (stats, threshold, drifted, minutes)
 
     def _cost(self) -> Iterator[Metric]:
         rt = self.runtime

@@ -22,6 +22,7 @@ from collector.drift.engine import (
     findings,
     span_minutes,
 )
+from collector.drift.saved import SavedMinutes, minute_starts
 from collector.rollup import MINUTE_SECONDS, Row
 from collector.traces.rollup import RequestCell, RequestKey
 
@@ -105,8 +106,14 @@ class DriftMonitor:
         top_tenants: int = 20,
         fetch_pinned: Callable[[str], tuple[Reference, int] | None] | None = None,
         read_open: ReadOpen | None = None,
+        saved: SavedMinutes | None = None,
     ) -> None:
         self.config = config
+        # the reference's engine minutes saved as they settle, loaded by a new process instead of
+        # reading them from the rollups again (collector/drift/saved.py)
+        self.saved = saved
+        self.minutes_read: dict[str, int] = {"saved": 0, "rollups": 0}  # the reference's engine minutes, by source
+        self.forget_before = 0  # saved minutes before this have left the reference
         self.read_rows = read_rows
         self.read_open = read_open
         self.read_requests = read_requests
@@ -148,6 +155,34 @@ class DriftMonitor:
         for lo, hi in pieces(start, end, READ_CHUNK_SECONDS):
             for group, by_minute in engine_minutes(self.read_rows(lo, hi, DRIFT_METRICS), self.place).items():
                 minutes.setdefault(group, {}).update(by_minute)  # a row's minute is in one piece
+        return minutes
+
+    def _reference_engines(self, lo: int, hi: int, settled: int) -> Minutes:
+        """The engines' minutes of [lo, hi) for the reference: those saved loaded, the others read
+        from the rollups (`_engines`) and saved once settled. A failed load reads the rollups; a
+        failed save is logged and tried again by the next process to read those minutes."""
+        saved = self.saved
+        if saved is None:
+            self.minutes_read["rollups"] += len(range(lo - lo % MINUTE_SECONDS, hi, MINUTE_SECONDS))
+            return self._engines(lo, hi)
+        try:
+            minutes, covered = saved.load(lo, hi)
+        except Exception:
+            log.exception("drift: could not load the saved reference minutes of [%d, %d); reading the rollups", lo, hi)
+            minutes, covered = {}, set()
+        self.minutes_read["saved"] += len(covered)
+        for gap_lo, gap_hi in _gaps(covered, lo, hi):
+            part = self._engines(gap_lo, gap_hi)
+            self.minutes_read["rollups"] += len(range(gap_lo - gap_lo % MINUTE_SECONDS, gap_hi, MINUTE_SECONDS))
+            for group, by_minute in part.items():
+                minutes.setdefault(group, {}).update(by_minute)
+            settled_starts = minute_starts(gap_lo, gap_hi, settled)
+            if not settled_starts:
+                continue
+            try:
+                saved.save(part, settled_starts, self.forget_before)
+            except Exception:
+                log.exception("drift: could not save the reference minutes of [%d, %d)", gap_lo, gap_hi)
         return minutes
 
     def _spans(self, start: int, end: int, pick_tenants: bool = False) -> Minutes:
@@ -204,9 +239,10 @@ class DriftMonitor:
         self.held.keep(wanted.__contains__)  # what left the reference
         self.held_spans.keep(wanted.__contains__)
         settled = int(now) - SETTLE_SECONDS
+        self.forget_before = min(lo for lo, _ in ranges)
         read = 0
         for i, (lo, hi) in enumerate(ranges):
-            read += self.held.fill(lo, hi, settled, self._engines)
+            read += self.held.fill(lo, hi, settled, partial(self._reference_engines, settled=settled))
             pick = full and i == 0  # a full read chooses the busiest tenants from the first range
             self.held_spans.fill(lo, hi, settled, partial(self._spans, pick_tenants=pick))
         return read
@@ -235,11 +271,13 @@ class DriftMonitor:
             stale = False
         if stale:
             started = time.perf_counter()
+            before = dict(self.minutes_read)
             read = self._hold(ranges, now)
             ref = build_reference({**self.held.minutes, **self.held_spans.minutes}, ranges, window, c.min_events, now)
             self.reference = ref
-            log.info("drift reference rebuilt over %d range(s) in %.2f s (%d minutes read)", len(ranges),
-                     time.perf_counter() - started, read)  # fmt: skip
+            log.info("drift reference rebuilt over %d range(s) in %.2f s (%d minutes: %d saved, %d from the rollups)",
+                     len(ranges), time.perf_counter() - started, read, self.minutes_read["saved"] - before["saved"],
+                     self.minutes_read["rollups"] - before["rollups"])  # fmt: skip
         assert ref is not None
         current = self._recent(start, end, now)
         out = [f for f in findings(ref, current, start, end, c.min_events) if f.signal in c.signals]

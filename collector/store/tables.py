@@ -179,6 +179,19 @@ drift_baselines = Table(
     Column("data", Text, nullable=False),
 )
 
+# The drift reference's engine minutes, saved as they settle (collector/drift/saved.py): per
+# business type and minute, each signal's population, so that a restart reads these instead of a
+# day of every target's rollups. A row with business_type "" marks its minute as saved whole.
+drift_minutes = Table(
+    "llmslo_drift_minutes",
+    metadata,
+    Column("owner", String(128), primary_key=True),  # "" unsharded; sharded, the collector's name
+    Column("start_unix", BigInteger, primary_key=True),
+    Column("business_type", String(128), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),  # of the business-type mapping (saved.py)
+    Column("data", Text, nullable=False),
+)
+
 # Alert episodes (collector/slo/alerts.py): one row per firing of an alert instance, kept after
 # it resolves (llmslo_alerts holds only each instance's latest state). The weekly report's
 # incidents section reads them.
