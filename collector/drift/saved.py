@@ -29,6 +29,7 @@ import json
 import logging
 from collections.abc import Sequence
 
+import orjson
 from sqlalchemy import delete, select
 
 from collector.config import TargetConfig
@@ -59,30 +60,26 @@ def mapping_fingerprint(targets: Sequence[TargetConfig], rules: SloRules | None)
 
 
 def encode(signals: dict[str, Population]) -> str:
-    """A business type's populations of one minute, as JSON."""
-    return json.dumps(
+    """A business type's populations of one minute, as JSON (every number a float)."""
+    return orjson.dumps(
         {
             name: {
-                "hist": [[list(bounds), counts] for bounds, counts in pop.hist.items()],
-                "cats": pop.cats,
-                "total": pop.total,
-                "events": pop.events,
+                "hist": [[bounds, [float(c) for c in counts]] for bounds, counts in pop.hist.items()],
+                "cats": {k: float(v) for k, v in pop.cats.items()},
+                "total": float(pop.total),
+                "events": float(pop.events),
             }
             for name, pop in signals.items()
-        },
-        separators=(",", ":"),
-    )
+        }
+    ).decode()
 
 
 def decode(text: str) -> dict[str, Population]:
+    """`encode`'s populations back (a restart decodes a day of them: orjson, and the floats as
+    they come: a day of 13 business types' minutes took 5.5 s with the standard decoder)."""
     return {
-        name: Population(
-            {tuple(bounds): [float(c) for c in counts] for bounds, counts in d["hist"]},
-            {k: float(v) for k, v in d["cats"].items()},
-            float(d["total"]),
-            float(d["events"]),
-        )
-        for name, d in json.loads(text).items()
+        name: Population({tuple(bounds): counts for bounds, counts in d["hist"]}, d["cats"], d["total"], d["events"])
+        for name, d in orjson.loads(text).items()
     }
 
 

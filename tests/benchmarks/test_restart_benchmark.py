@@ -1,6 +1,6 @@
 """Restart benchmark: `llmslo serve` started twice on a store that already holds days of a fleet's
-SLO history (LLMSLO_RESTART_DAYS, 1; minutes for the last 48 h, hours before), scraping the same
-N loopback vLLM targets at 15 s (LLMSLO_RESTART_TARGETS, 1,000) with the shipped rules.
+SLO and drift history (LLMSLO_RESTART_DAYS, 1; minutes for the last 48 h, hours before), scraping
+the same N loopback vLLM targets at 15 s (LLMSLO_RESTART_TARGETS, 1,000) with the shipped rules.
 
 The first start has no saved SLO counts: its ledger counts every stored rollup of the SLO period,
 as every start did before session 28 (the baseline). It is stopped (SIGTERM: it saves what closed
@@ -9,7 +9,9 @@ counts only the rollups stored since (collector/slo/saved.py). For each start, o
 LLMSLO_RESTART_SECONDS (240): when the SLO status was back (`llmslo_slo_ledger_fill_seconds`
 appears on /metrics, polled every second from the process' start, however long after those
 seconds it comes), the fill's time and the rollup rows it counted, the scrapes done, failed and
-skipped, and the collector's CPU.
+skipped, and the collector's CPU; and its first drift reference build (the day of engine minutes
+read from the rollups by the first start, which saves them; loaded by the restart:
+collector/drift/saved.py), from its log.
 
 Run: LLMSLO_RESTART_TARGETS=1000 LLMSLO_RESTART_DAYS=1 .venv/bin/python -m pytest \
        tests/benchmarks/test_restart_benchmark.py -s
@@ -18,6 +20,7 @@ Run: LLMSLO_RESTART_TARGETS=1000 LLMSLO_RESTART_DAYS=1 .venv/bin/python -m pytes
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ import pytest
 import yaml
 
 from collector.config import load_settings
+from collector.drift.engine import DRIFT_METRICS
 from collector.runtime import Runtime
 from tests.benchmarks.test_fleet_benchmark import (
     ROOT,
@@ -40,7 +44,7 @@ from tests.benchmarks.test_fleet_benchmark import (
     skipped_slots,
     wait_http,
 )
-from tests.benchmarks.test_slo_benchmark import fill
+from tests.benchmarks.test_slo_benchmark import SLO_SERIES, fill
 
 pytestmark = pytest.mark.benchmark
 MAX_WAIT_SECONDS = 1800.0  # a start whose ledger is not filled by then fails the run
@@ -55,6 +59,7 @@ class Start:
     failed: float
     skipped: float
     cpu: float
+    drift: str  # the first drift reference build, as its log line tells it
 
 
 def fill_metrics(base: str) -> dict[str, float] | None:
@@ -87,6 +92,7 @@ def start_once(config: Path, tmp_path: Path, port: int, seconds: float, label: s
             time.sleep(1.0)
     assert fill_found is not None, f"the SLO ledger was not filled within {MAX_WAIT_SECONDS:.0f} s"
     done, failed, skipped, cpu = measured
+    built = re.search(r"drift reference rebuilt over .* in ([\d.]+ s \(.*\))", (tmp_path / f"{label}.log").read_text())
     return Start(
         status_back,
         fill_found["llmslo_slo_ledger_fill_seconds"],
@@ -95,6 +101,7 @@ def start_once(config: Path, tmp_path: Path, port: int, seconds: float, label: s
         failed,
         skipped,
         cpu,
+        built.group(1) if built else "not within the run",
     )
 
 
@@ -124,7 +131,7 @@ def test_a_restart_on_days_of_fleet_history(tmp_path: Path) -> None:
         )
         t0 = time.perf_counter()
         rt = Runtime(load_settings(config))
-        stored = fill(rt, days, time.time() - 60)  # the history, as serve leaves it
+        stored = fill(rt, days, time.time() - 60, {*SLO_SERIES, *DRIFT_METRICS})  # the history, as serve leaves it
         rt.store.close()
         print(f"\nRESTART {n} targets, {days} d of SLO history: {stored} rollup rows written in "
               f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
@@ -136,7 +143,7 @@ def test_a_restart_on_days_of_fleet_history(tmp_path: Path) -> None:
         print(
             f"  {label}: SLO status back after {s.status_back:.1f} s (fill {s.fill_seconds:.1f} s, "
             f"{s.fill_rows:.0f} rollup rows); scrapes {s.scrapes:.0f} done, {s.failed:.0f} failed, "
-            f"{s.skipped:.0f} slots skipped; CPU {s.cpu:.1f} s"
+            f"{s.skipped:.0f} slots skipped; CPU {s.cpu:.1f} s; first drift reference built in {s.drift}"
         )
     print(
         f"  ratio first start / restart: SLO status back {first.status_back / again.status_back:.1f}x, "

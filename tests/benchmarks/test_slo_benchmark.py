@@ -19,6 +19,7 @@ import random
 import resource
 import statistics
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -50,14 +51,17 @@ def rules_yaml() -> str:
     return "\n".join(lines) + "\n"
 
 
-def fill(rt: Runtime, days: int, now: float) -> int:
+SLO_SERIES = frozenset({"ttft", "tpot", "request_success", "generation_tokens"})
+
+
+def fill(rt: Runtime, days: int, now: float, wanted: Collection[str] = SLO_SERIES) -> int:
     """History as serve leaves it: a first real scrape per target creates its series, then every
-    SLO-relevant series gets a cell per minute for the last 48 h and per hour before that."""
+    series of `wanted` (the SLO-relevant ones) gets a cell per minute for the last 48 h and per
+    hour before that."""
     rng = random.Random(1)
     body = render("current", "m", EngineMetrics(max_model_len=4096, created_unix=now - days * 86400 - 60))
     for scraper in rt.scrapers.values():
         scraper.ingest(body, "text/plain", now - days * 86400 - 30)
-    wanted = {"ttft", "tpot", "request_success", "generation_tokens"}
     end = period_start(now)
     minutes_from = end - 48 * 3600
     periods = [(t, HOUR_SECONDS) for t in range(end - days * 86400, minutes_from, HOUR_SECONDS)]
