@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -63,8 +64,15 @@ class Start:
 
 
 def fill_metrics(base: str) -> dict[str, float] | None:
+    """The ledger fill's figures on /metrics, or None before the fill ends. A poll that fails on
+    the connection (a kept-alive one the server closed as it was reused, under a start-up's load)
+    counts as not yet: the next poll, a second later, asks again."""
     found = {}
-    for line in http().get(f"{base}/metrics", timeout=30).text.splitlines():
+    try:
+        text = http().get(f"{base}/metrics", timeout=30).text
+    except httpx.TransportError:
+        return None
+    for line in text.splitlines():
         if line.startswith(("llmslo_slo_ledger_fill_seconds ", "llmslo_slo_ledger_fill_rollup_rows ")):
             name, value = line.split()
             found[name] = float(value)
