@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
@@ -260,3 +260,15 @@ class DeltaTracker:
         self.baseline_unix = now_unix
         if deltas.process_start_unix is not None:
             self.process_start_unix = deltas.process_start_unix
+
+
+def hour_pieces(start: int, end: int, first: int | None) -> Iterator[tuple[int, int]]:
+    """[start, end) cut at the hours of the clock, from the hour holding `first` (the oldest
+    stored cell: nothing before it to read; None: nothing at all)."""
+    if first is None:
+        return
+    lo = max(start, first - first % HOUR_SECONDS)
+    while lo < end:
+        hi = min(end, lo - lo % HOUR_SECONDS + HOUR_SECONDS)
+        yield lo, hi
+        lo = hi

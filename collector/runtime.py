@@ -12,7 +12,7 @@ import logging
 import math
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec
 
@@ -54,10 +54,10 @@ from collector.drift.compare import (
 from collector.drift.monitor import DriftMonitor
 from collector.drift.saved import SavedMinutes, mapping_fingerprint
 from collector.fleetmap import FleetMap
-from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, period_start
+from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, SeriesIdent, hour_pieces, period_start
 from collector.slo import saved as saved_counts
 from collector.slo.alerts import AlertBook, deliver
-from collector.slo.evaluate import Events, SloStatus, evaluate, period_bounds, period_events
+from collector.slo.evaluate import Events, PeriodCounter, SloStatus, evaluate, period_bounds
 from collector.slo.incidents import (
     MemoryReading,
     TargetHealth,
@@ -75,7 +75,7 @@ from collector.sources.httpget import Target as HttpTarget
 from collector.sources.scrape import TargetScraper, request_headers
 from collector.sources.scrapeloop import ScrapeLoops
 from collector.store.committer import GroupCommitter
-from collector.store.repository import ScrapeCommit, Store, merge_window
+from collector.store.repository import ScrapeCommit, Store, merge_into, merge_window
 from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.service import TraceIngest
 from collector.traces.store import (
@@ -513,8 +513,9 @@ class Runtime:
         self, start_unix: int, end_unix: int, cuts: Sequence[int] = ()
     ) -> tuple[list[tuple[Objective, Events]], list[list[Events]]]:
         """Every objective's events over the closed period [start, end) and per piece between
-        `cuts` (default: whole days from `start`), read one piece at a time so that memory does not
-        grow with the period. The period's events are the sum of its pieces' (blocking)."""
+        `cuts` (default: whole days from `start`), each piece counted from its rows an hour at a
+        time (`PeriodCounter`), so that memory grows neither with the period nor with the fleet's
+        rows per piece. The period's events are the sum of its pieces' (blocking)."""
         if self.rules is None:
             return [], []
         bounds = sorted({start_unix, end_unix, *(c for c in cuts if start_unix < c < end_unix)})
@@ -523,21 +524,15 @@ class Runtime:
         # a piece that ends before the oldest stored cell has no events: not read (a period from
         # 1970 is 20,000 days, each two queries)
         first = self.first_stored_unix()
-        empty = 0
+        objectives = [o for bt in self.rules.business_types for o in bt.objectives]
         pieces: list[list[Events]] = []
-        objectives: list[Objective] = []
         for lo, hi in itertools.pairwise(bounds):
-            if first is None or hi <= first:
-                empty += 1
-                continue
-            rows = self.store.read_rows(lo, hi, metrics=self.slo_metrics)
-            requests = read_requests(self.store, lo, hi)
-            events = period_events(self.rules, rows, requests, lo, hi, self.business_type_of, self.cost_of)
-            objectives = [o for o, _ in events]
-            pieces.append([e for _, e in events])
-        if not objectives:
-            objectives = [o for bt in self.rules.business_types for o in bt.objectives]
-        pieces = [[Events(0.0, 0.0) for _ in objectives] for _ in range(empty)] + pieces
+            counter = PeriodCounter(self.rules, lo, hi, self.business_type_of, self.cost_of)
+            for hour, upto in hour_pieces(lo, hi, first):
+                counter.add(
+                    self.store.read_rows(hour, upto, metrics=self.slo_metrics), read_requests(self.store, hour, upto)
+                )
+            pieces.append([e for _, e in counter.events()])
         totals = [Events(0.0, 0.0) for _ in objectives]
         for piece in pieces:
             totals = [t.plus(e) for t, e in zip(totals, piece, strict=True)]
@@ -637,8 +632,12 @@ class Runtime:
         model: str | None = None,
         business_type: str | None = None,
     ) -> ServingReport:
-        """Derived serving metrics over any past period, merged from the stored rollups."""
-        cells = merge_window(self.read_rows(start_unix, end_unix, target=target, model=model), end_unix)
+        """Derived serving metrics over any past period, merged from the stored rollups an hour
+        at a time (`read_hours`)."""
+        merged: dict[tuple[str, SeriesIdent], SeriesCell] = {}
+        for rows in self.read_hours(start_unix, end_unix, target=target, model=model):
+            merge_into(merged, rows, end_unix)
+        cells = list(merged.values())
         seconds = max(60, end_unix - start_unix)
         return build_report(cells, seconds, start_unix, end_unix, self.business_type_of, business_type)
 
@@ -823,6 +822,29 @@ class Runtime:
         out = [r for r in rows if r.period_seconds != MINUTE_SECONDS or (r.cell.target, r.start_unix) not in covered]
         return out + kept
 
+    def read_hours(
+        self,
+        start: int,
+        end: int,
+        metrics: Iterable[str] | None = None,
+        target: str | None = None,
+        model: str | None = None,
+    ) -> Iterator[list[Row]]:
+        """`read_rows` of [start, end) an hour of start times per read (hours of the clock), for
+        readers that add the rows up as they come (a report of a week, the cost of a month): what
+        they hold at once is one hour of the fleet's cells, not the period's (a day of 1,000
+        targets' minutes is tens of millions of cells). Hours before the oldest stored or kept
+        cell are not read (a period from 1970 is not 490,000 queries)."""
+        for lo, hi in hour_pieces(start, end, self._first_engine_unix()):
+            yield self.read_rows(lo, hi, metrics=metrics, target=target, model=model)
+
+    def _first_engine_unix(self) -> int | None:
+        """The start of the oldest engine cell, stored or in the scrapers' memory (None: none)."""
+        firsts = [t for t in (self.store.first_unix(),) if t is not None]
+        for scraper in list(self.scrapers.values()):
+            firsts.extend(minute for minute, _ in itertools.islice(scraper.open_minute.kept(0), 1))
+        return min(firsts, default=None)
+
     def advance_cost_meter(self, now_unix: float) -> None:
         """Count the minutes closed since the last pass into the /metrics dollar counters (a
         minute is closed once its last scrapes can have committed: the running windows' grace)."""
@@ -883,13 +905,13 @@ class Runtime:
         return out
 
     def cost_report(self, start_unix: int, end_unix: int) -> CostReport:
-        """The cost model over [start, end) from the stored rollups (blocking)."""
-        rows = [
-            r
-            for r in self.read_rows(start_unix, end_unix, metrics=COST_METRICS)
-            if r.period_seconds == MINUTE_SECONDS or r.start_unix + r.period_seconds <= end_unix
-        ]
-        inputs = CostInputs().add_rows(rows)
+        """The cost model over [start, end) from the stored rollups, read an hour at a time
+        (blocking)."""
+        inputs = CostInputs()
+        for rows in self.read_hours(start_unix, end_unix, metrics=COST_METRICS):
+            inputs.add_rows(
+                r for r in rows if r.period_seconds == MINUTE_SECONDS or r.start_unix + r.period_seconds <= end_unix
+            )
         return attribute(inputs, self.inventory, self.settings.cost, start_unix, end_unix, self.business_type_of)
 
     def _slice_costs(self, inputs: CostInputs, start_unix: int, end_unix: int) -> dict[str, tuple[float, float]]:
@@ -897,8 +919,9 @@ class Runtime:
         return report.business_type_costs()
 
     def capacity(self, start_unix: int, end_unix: int) -> list[Capacity]:
-        """Capacity per deployment from the stored rollups of [start, end) (blocking)."""
-        rows = self.read_rows(start_unix, end_unix, metrics=CAPACITY_METRICS)
+        """Capacity per deployment from the stored rollups of [start, end), read an hour at a
+        time (blocking)."""
+        rows = itertools.chain.from_iterable(self.read_hours(start_unix, end_unix, metrics=CAPACITY_METRICS))
         th = self.rules.thresholds if self.rules is not None else None
         return capacity_report(
             rows,

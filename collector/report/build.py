@@ -29,7 +29,7 @@ from collector.api.schemas import (
 from collector.config import format_duration
 from collector.drift.stats import decumulate, psi
 from collector.report.period import WEEK_RE, Period
-from collector.rollup import HOUR_SECONDS, SeriesCell, SeriesIdent, add_counts
+from collector.rollup import HOUR_SECONDS, SeriesCell, SeriesIdent, add_counts, hour_pieces
 from collector.sources.vllm import Kind
 from collector.traces.store import read_requests
 from collector.traces.summary import summarize
@@ -181,7 +181,12 @@ def _hours(
     are), and the length histograms added into `lengths` per business type."""
     hours: dict[int, dict[tuple[str, SeriesIdent], SeriesCell]] = defaultdict(dict)
     placed: dict[tuple[str, str], str] = {}
-    for row in rt.store.read_rows(lo, hi, metrics=HOURLY_METRICS):
+    rows = (
+        row
+        for start, end in hour_pieces(lo, hi, rt.store.first_unix())
+        for row in rt.store.read_rows(start, end, metrics=HOURLY_METRICS)
+    )
+    for row in rows:
         if row.start_unix + row.period_seconds > hi:
             continue  # an hour cell reaching past the day (a zone with a half-hour offset)
         sc = row.cell

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from collector.analytics.percentiles import fraction_at_or_below
+from collector.cost.allocation import CostInputs
 from collector.cost.slo import CostOf, judge, slice_inputs
 from collector.rollup import MINUTE_SECONDS, Row, add_counts, period_start
 from collector.slo.spec import BusinessType, Objective, SloRules
@@ -308,6 +309,13 @@ def _latency_events(o: Objective, rows: list[Row]) -> Events:
         if ident.key.metric != o.metric or ident.kind is not Kind.HISTOGRAM or r.cell.cell.buckets is None:
             continue
         add_counts(by_layout, ident.bounds, r.cell.cell.buckets)
+    return _latency_share(o, by_layout)
+
+
+def _latency_share(o: Objective, by_layout: dict[tuple[float, ...], list[float]]) -> Events:
+    """Good events: each bucket layout's cumulative counts at the threshold (interpolated
+    inside a bucket, which makes the events inexact)."""
+    assert o.threshold_seconds is not None
     events = NO_EVENTS
     for bounds, cumulative in by_layout.items():
         share = fraction_at_or_below(o.threshold_seconds, bounds, cumulative)
@@ -321,9 +329,7 @@ def _latency_events(o: Objective, rows: list[Row]) -> Events:
 
 def _throughput_events(o: Objective, rows: list[Row], start: int, end: int) -> Events:
     """Time slices (aligned to the epoch, `slice` long): a slice with traffic is good when it
-    generated at least the minimum rate. A slice counts in a window when it starts inside it and
-    is complete (its last minute has passed: the minute still running is not judged yet)."""
-    assert o.min_tokens_per_second is not None
+    generated at least the minimum rate."""
     size = int(o.slice_seconds)
     tokens: dict[int, float] = defaultdict(float)
     requests: dict[int, float] = defaultdict(float)
@@ -336,13 +342,22 @@ def _throughput_events(o: Objective, rows: list[Row], start: int, end: int) -> E
             tokens[slot] += r.cell.cell.value
         elif key.metric == "request_success":
             requests[slot] += r.cell.cell.value
-    done_before = end - MINUTE_SECONDS  # `end` is the end of the minute still running
+    return _judged_slices(o, tokens, requests, start, end)
+
+
+def _judged_slices(o: Objective, tokens: dict[int, float], requests: dict[int, float], start: int, end: int) -> Events:
+    """Throughput slices judged: a slice counts in a window when it starts inside it and is
+    complete (its last minute has passed: `end` is the end of the minute still running, which
+    is not judged yet); one without requests is no data."""
+    assert o.min_tokens_per_second is not None
+    size = int(o.slice_seconds)
+    done_before = end - MINUTE_SECONDS
     good = total = 0.0
     for slot, count in requests.items():
         if count <= 0 or slot < start or slot + size > done_before:
             continue  # no traffic is no data
         total += 1
-        if tokens[slot] / size >= o.min_tokens_per_second:
+        if tokens.get(slot, 0.0) / size >= o.min_tokens_per_second:
             good += 1
     return Events(good, total)
 
@@ -359,37 +374,132 @@ def period_events(
     """Each objective's good and total events over a closed period [start, end) (a past week, a
     day): the same SLIs as the burn-rate windows, with every time slice ending by `end` judged.
     Events add up across consecutive periods (latency shares are linear in the bucket counts), so
-    a week is the sum of its days."""
-    place: BusinessTypeOf = business_type_of or (lambda _target, model: rules.business_type_of(model))
-    closed_end = end + MINUTE_SECONDS  # the slice functions stop a minute before their `end`
-    by_type: dict[str | None, list[Row]] = defaultdict(list)
-    placed: dict[tuple[str, str], str | None] = {}
-    for r in rows:
-        if not _inside(r, start, end):
-            continue
-        key = (r.cell.target, r.cell.ident.key.model)
-        if key not in placed:
-            placed[key] = place(*key)
-        by_type[placed[key]].append(r)
-    out: list[tuple[Objective, Events]] = []
-    cost_slices: dict[int, dict[int, dict[str, tuple[float, float]]]] = {}
-    for bt in rules.business_types:
-        mine = by_type.get(bt.name, [])
-        requests = [(k, c) for k, c in request_rows if k.business_type == bt.name]
-        for o in bt.objectives:
-            if o.sli == "goodput" or (o.sli == "latency" and o.source == "traces"):
-                out.append((o, _trace_events(o, requests, start, end)))
-            elif o.sli == "cost_ceiling":
-                if cost_of is None:
+    a week is the sum of its days. `PeriodCounter` takes the rows a piece at a time."""
+    counter = PeriodCounter(rules, start, end, business_type_of, cost_of)
+    counter.add(rows, request_rows)
+    return counter.events()
+
+
+class PeriodCounter:
+    """`period_events` fed a piece of the period at a time (an hour of the fleet's rows, then
+    the next): it keeps only what the events are made of, so memory does not grow with the rows
+    read. Per business type: the latency objectives' bucket counts per layout, the error ratio's
+    totals, the throughput slices' tokens and requests, the trace objectives' counts; per cost
+    slice size, each slice's cost inputs (judged by `events`, once every piece is in). A row
+    counts when it lies wholly inside [start, end), whichever piece brings it."""
+
+    def __init__(
+        self,
+        rules: SloRules,
+        start: int,
+        end: int,
+        business_type_of: BusinessTypeOf | None = None,
+        cost_of: CostOf | None = None,
+    ) -> None:
+        self.rules, self.start, self.end, self.cost_of = rules, start, end, cost_of
+        self.place: BusinessTypeOf = business_type_of or (lambda _target, model: rules.business_type_of(model))
+        self.placed: dict[tuple[str, str], str | None] = {}
+        # what each business type's engine objectives read
+        self.latency: dict[str, dict[str, dict[tuple[float, ...], list[float]]]] = {}  # bt -> metric -> layout
+        self.errors: dict[str, list[float]] = {}  # bt -> [total, bad]
+        self.throughput: dict[str, dict[int, tuple[dict[int, float], dict[int, float]]]] = {}  # bt -> size -> sums
+        self.cost: dict[int, dict[int, CostInputs]] = {}  # slice size -> slot -> inputs (every business type)
+        self.traces: dict[int, list[float]] = {}  # id(objective) -> [good, total]
+        for bt in rules.business_types:
+            for o in bt.objectives:
+                if o.sli == "goodput" or (o.sli == "latency" and o.source == "traces"):
+                    self.traces[id(o)] = [0.0, 0.0]
+                elif o.sli == "latency":
+                    assert o.metric is not None
+                    self.latency.setdefault(bt.name, {}).setdefault(o.metric, {})
+                elif o.sli == "error_ratio":
+                    self.errors.setdefault(bt.name, [0.0, 0.0])
+                elif o.sli == "throughput":
+                    self.throughput.setdefault(bt.name, {}).setdefault(int(o.slice_seconds), ({}, {}))
+                elif o.sli == "cost_ceiling" and cost_of is not None:
+                    self.cost.setdefault(int(o.slice_seconds), {})
+
+    def add(self, rows: Iterable[Row], request_rows: Iterable[tuple[RequestKey, RequestCell]] = ()) -> None:
+        """One piece's engine rows and trace request cells (each row or cell once in all)."""
+        start, end, placed = self.start, self.end, self.placed
+        for r in rows:
+            if not _inside(r, start, end):
+                continue
+            sc = r.cell
+            ident, cell = sc.ident, sc.cell
+            key = (sc.target, ident.key.model)
+            bt = placed.get(key, "")
+            if bt == "":
+                bt = placed[key] = self.place(*key)
+            for size, slots in self.cost.items():
+                slot = r.start_unix - r.start_unix % size
+                inputs = slots.get(slot)
+                if inputs is None:
+                    inputs = slots[slot] = CostInputs()
+                inputs.add(sc.target, ident, cell)
+            if bt is None:
+                continue
+            metric = ident.key.metric
+            if ident.kind is Kind.HISTOGRAM:
+                layouts = self.latency.get(bt, {}).get(metric)
+                if layouts is not None and cell.buckets is not None:
+                    add_counts(layouts, ident.bounds, cell.buckets)
+            elif ident.kind is Kind.COUNTER:
+                errors = self.errors.get(bt)
+                if errors is not None and metric == "request_success":
+                    errors[0] += cell.value
+                    if dict(ident.key.labels).get("finished_reason") in ERROR_REASONS:
+                        errors[1] += cell.value
+                for size, (tokens, requests) in self.throughput.get(bt, {}).items():
+                    sums = (
+                        tokens if metric == "generation_tokens" else requests if metric == "request_success" else None
+                    )
+                    if sums is not None:
+                        slot = r.start_unix - r.start_unix % size
+                        sums[slot] = sums.get(slot, 0.0) + cell.value
+        if not self.traces:
+            return
+        wanted = [
+            (bt.name, o, self.traces[id(o)])
+            for bt in self.rules.business_types
+            for o in bt.objectives
+            if id(o) in self.traces
+        ]
+        for rk, rc in request_rows:
+            if not start <= rk.start_unix < end or rk.measured_at == SHADOW:  # shadow responses were not shown
+                continue
+            for name, o, counts in wanted:
+                if rk.business_type == name:
+                    counts[0] += rc.jointly_good if o.sli == "goodput" else rc.good.get(o.slo, 0)
+                    counts[1] += rc.total
+
+    def events(self) -> list[tuple[Objective, Events]]:
+        """Every objective's events over the period from what the pieces added."""
+        closed_end = self.end + MINUTE_SECONDS  # the slice functions stop a minute before their `end`
+        cost_slices: dict[int, dict[int, dict[str, tuple[float, float]]]] = {}
+        out: list[tuple[Objective, Events]] = []
+        for bt in self.rules.business_types:
+            for o in bt.objectives:
+                if id(o) in self.traces:
+                    good, total = self.traces[id(o)]
+                    out.append((o, Events(float(good), float(total))))
+                elif o.sli == "latency":
+                    assert o.metric is not None
+                    out.append((o, _latency_share(o, self.latency[bt.name][o.metric])))
+                elif o.sli == "error_ratio":
+                    total, bad = self.errors[bt.name]
+                    out.append((o, Events(total - bad, total)))
+                elif o.sli == "throughput":
+                    tokens, requests = self.throughput[bt.name][int(o.slice_seconds)]
+                    out.append((o, _judged_slices(o, tokens, requests, self.start, closed_end)))
+                elif o.sli == "cost_ceiling" and self.cost_of is not None:
+                    size = int(o.slice_seconds)
+                    if size not in cost_slices:
+                        cost_of = self.cost_of
+                        cost_slices[size] = {
+                            slot: cost_of(inputs, slot, slot + size) for slot, inputs in self.cost[size].items()
+                        }
+                    out.append((o, cost_events(o, cost_slices[size], self.start, closed_end)))
+                else:
                     out.append((o, NO_EVENTS))
-                    continue
-                size = int(o.slice_seconds)
-                if size not in cost_slices:
-                    inside = [r for rs in by_type.values() for r in rs]
-                    cost_slices[size] = {
-                        slot: cost_of(inputs, slot, slot + size) for slot, inputs in slice_inputs(inside, size).items()
-                    }
-                out.append((o, cost_events(o, cost_slices[size], start, closed_end)))
-            else:
-                out.append((o, events_for(o, mine, start, closed_end)))
-    return out
+        return out

@@ -591,6 +591,13 @@ def merge_window(rows: Iterable[Row], end_unix: int) -> list[SeriesCell]:
     """`rows` of a window ending at `end_unix` merged per series (`Store.read_window`); the
     rows' cells are merged into, not copied."""
     merged: dict[tuple[str, SeriesIdent], SeriesCell] = {}
+    merge_into(merged, rows, end_unix)
+    return list(merged.values())
+
+
+def merge_into(merged: dict[tuple[str, SeriesIdent], SeriesCell], rows: Iterable[Row], end_unix: int) -> None:
+    """`merge_window` into `merged`, for rows read a piece at a time (an hour cell reaching past
+    `end_unix` is left out)."""
     for row in rows:
         if row.start_unix + row.period_seconds > end_unix and row.period_seconds != MINUTE_SECONDS:
             continue
@@ -600,7 +607,6 @@ def merge_window(rows: Iterable[Row], end_unix: int) -> list[SeriesCell]:
             merged[key] = SeriesCell(row.cell.target, row.cell.ident, row.cell.unit, row.cell.cell)
         else:
             have.cell.merge(row.cell.cell)
-    return list(merged.values())
 
 
 def merge_in_memory(item: ScrapeCommit, ids: dict[SeriesIdent, int] | None = None) -> bool:

@@ -12,7 +12,11 @@ last 48 hours, hours before). Run (outside the default suite):
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import resource
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -22,12 +26,13 @@ import httpx
 import pytest
 import yaml
 
-from collector.config import Settings
+from collector.config import Settings, load_settings
 from collector.runtime import Runtime
 from collector.sim.fastclock import SpanWriter, run_into_store, targets_for
 from collector.sim.scenario import load_scenario
 from collector.store.repository import Store
-from tests.benchmarks.test_fleet_benchmark import ROOT, free_port, process, rss_mib, wait_http
+from tests.benchmarks.test_fleet_benchmark import ROOT, TYPES, free_port, process, rss_mib, wait_http
+from tests.benchmarks.test_slo_benchmark import fill
 
 pytestmark = pytest.mark.benchmark
 DAY = 86400
@@ -118,3 +123,104 @@ def test_report_for_a_week_of_a_large_fleet(tmp_path: Path) -> None:
         f"report built in {data['build_seconds']:.1f} s inside the server; HTML {len(page.content) / 1e6:.1f} MB; "
         f"server RSS {rss_before:.0f} -> {rss_after:.0f} MiB"
     )
+
+
+REPORT_PEAK = """\
+import resource, sys
+from collector.cli import main
+code = main(sys.argv[1:])
+print(f"PEAK_RSS_KIB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def offline(args: list[str], cwd: Path, log: Path, limit_gib: float) -> tuple[float, float | None]:
+    """One `llmslo` command in its own process (the code under `cwd`): (seconds, peak RSS in
+    MiB, None when it failed: over `limit_gib` of address space, or any error; see `log`)."""
+
+    def cap() -> None:
+        limit = int(limit_gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    started = time.perf_counter()
+    with open(log, "wb") as out:
+        done = subprocess.run(
+            [sys.executable, "-c", REPORT_PEAK, *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=out,
+            preexec_fn=cap, timeout=3600, check=False,
+        )  # fmt: skip
+    seconds = time.perf_counter() - started
+    found = re.search(r"PEAK_RSS_KIB (\d+)", log.read_text(errors="replace"))
+    return seconds, int(found.group(1)) / 1024 if done.returncode == 0 and found else None
+
+
+def test_report_on_a_day_of_fleet_minutes(tmp_path: Path) -> None:
+    """The weekly report at fleet scale: last week's Sunday holds a minute of every series of
+    N targets (LLMSLO_REPORT_FLEET_TARGETS, 1,000: 24 series each, 34.6 million rows), as a
+    collector that scraped them leaves it. `llmslo report --week last` in its own process, next
+    to `llmslo cost` for the same week (a plain read of it, the baseline), each process' peak
+    RSS. LLMSLO_REPORT_BEFORE=<commit> also runs both with that commit's code (a git worktree),
+    to compare a change's memory. Run (outside the default suite):
+      LLMSLO_REPORT_FLEET_TARGETS=1000 .venv/bin/python -m pytest \\
+        tests/benchmarks/test_report_benchmark.py -k day_of_fleet -s"""
+    n = int(os.environ.get("LLMSLO_REPORT_FLEET_TARGETS", "1000"))
+    limit_gib = float(os.environ.get("LLMSLO_REPORT_MEMORY_LIMIT_GIB", "16"))
+    before = os.environ.get("LLMSLO_REPORT_BEFORE")
+    monday = datetime.now(UTC).date() - timedelta(days=datetime.now(UTC).weekday())
+    end = int(datetime(monday.year, monday.month, monday.day, tzinfo=UTC).timestamp())  # last week's end
+    names = [f"t{i}" for i in range(n)]
+    config = {
+        "data_dir": str(tmp_path),
+        "rules": str(ROOT / "rules"),
+        "report": {"enabled": False},
+        "targets": [  # nothing answers on port 9: only the stored day is read
+            {"name": name, "url": f"http://127.0.0.1:9/{name}", "business_type": TYPES[i % len(TYPES)]}
+            for i, name in enumerate(names)
+        ],
+        "deployments": [
+            {"name": bt, "targets": names[i :: len(TYPES)], "gpu": "L4", "gpu_hour_usd": 0.8}
+            for i, bt in enumerate(TYPES)
+        ],
+    }
+    path = tmp_path / "llmslo.yaml"
+    path.write_text(yaml.safe_dump(config))
+    started = time.perf_counter()
+    rt = Runtime(load_settings(path))
+    stored = fill(rt, 1, end, None)
+    rt.store.close()
+    day = datetime.fromtimestamp(end - DAY, UTC)
+    print(f"\nREPORT at fleet scale: {n} targets, {stored:,} minute rows of {day:%A %Y-%m-%d} written in "
+          f"{time.perf_counter() - started:.0f} s; address space capped at {limit_gib:g} GiB")  # fmt: skip
+    week = ["--start", str(end - 7 * DAY), "--end", str(end)]
+    trees = [("this tree", ROOT)]
+    if before:
+        tree = tmp_path / "before"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), before], cwd=ROOT, check=True)
+        trees.append((f"before ({before[:10]})", tree))
+    try:
+        results = []
+        for label, tree in trees:
+            cost = offline(["cost", "--config", str(path), *week, "--json"], tree, tmp_path / "cost.log", limit_gib)
+            out = tmp_path / "report.json"
+            report = offline(
+                ["report", "--config", str(path), "--week", "last", "--format", "json", "--out", str(out)],
+                tree,
+                tmp_path / f"report-{len(results)}.log",
+                limit_gib,
+            )
+            results.append((label, cost, report))
+            if label == "this tree":
+                assert report[1] is not None, (tmp_path / "report-0.log").read_text()[-3000:]
+                data = json.loads(out.read_text())
+                assert data["traffic"]["engine_requests"] > 0 and data["cost"]["allocated_usd"] > 0
+    finally:
+        if before:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+
+    def mib(value: float | None) -> str:
+        return f"{value:,.0f} MiB" if value is not None else f"failed (> {limit_gib:g} GiB?)"
+
+    print(f"{'':44}{'time':>10}{'peak RSS':>14}{'time vs cost':>14}")
+    for label, (cost_s, cost_rss), (report_s, report_rss) in results:
+        print(f"{label + ': llmslo cost for the week (baseline)':44}{cost_s:>9.1f}s{mib(cost_rss):>14}{1.0:>14.2f}")
+        print(f"{label + ': llmslo report --week last':44}{report_s:>9.1f}s{mib(report_rss):>14}"
+              f"{report_s / cost_s:>14.2f}")  # fmt: skip

@@ -54,10 +54,10 @@ def rules_yaml() -> str:
 SLO_SERIES = frozenset({"ttft", "tpot", "request_success", "generation_tokens"})
 
 
-def fill(rt: Runtime, days: int, now: float, wanted: Collection[str] = SLO_SERIES) -> int:
+def fill(rt: Runtime, days: int, now: float, wanted: Collection[str] | None = SLO_SERIES) -> int:
     """History as serve leaves it: a first real scrape per target creates its series, then every
-    series of `wanted` (the SLO-relevant ones) gets a cell per minute for the last 48 h and per
-    hour before that."""
+    series of `wanted` (the SLO-relevant ones; None: every series) gets a cell per minute for the
+    last 48 h and per hour before that."""
     rng = random.Random(1)
     body = render("current", "m", EngineMetrics(max_model_len=4096, created_unix=now - days * 86400 - 60))
     for scraper in rt.scrapers.values():
@@ -69,7 +69,11 @@ def fill(rt: Runtime, days: int, now: float, wanted: Collection[str] = SLO_SERIE
     written = 0
     with rt.store.engine.begin() as conn:
         for scraper in rt.scrapers.values():
-            series = [(ident, sid) for ident, sid in scraper.series_ids.items() if ident.key.metric in wanted]
+            series = [
+                (ident, sid)
+                for ident, sid in scraper.series_ids.items()
+                if wanted is None or ident.key.metric in wanted
+            ]
             cells = {ident: scraper.recent[-1].cells[ident] for ident, _ in series}
             rows = []
             for t, period in periods:

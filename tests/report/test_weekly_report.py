@@ -448,3 +448,77 @@ def rounded(value: Any) -> Any:
     if isinstance(value, list):
         return [rounded(v) for v in value]
     return value
+
+
+def test_the_report_reads_an_hour_at_a_time_and_adds_up_to_one_read(weeks, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """At fleet scale a day of minutes is tens of millions of cells: the report's readers take an
+    hour of rows per query and add them up. What they answer equals one read of the whole span:
+    the SLO attainment per day (also cut at half hours, as a +05:30 zone's days are), the week's
+    serving figures, the cost of the week and of a day, capacity."""
+    from collector.analytics.serving import build_report
+    from collector.cost.allocation import CostInputs, attribute
+    from collector.slo.evaluate import period_events
+    from collector.store.repository import merge_window
+    from collector.traces.store import read_requests
+
+    rt, _run, _t0, period, _built = weeks
+    lo, hi = period.start, period.end
+    whole = {
+        "slos": [
+            period_events(
+                rt.rules,
+                rt.store.read_rows(a, b, metrics=rt.slo_metrics),
+                read_requests(rt.store, a, b),
+                a,
+                b,
+                rt.business_type_of,
+                rt.cost_of,
+            )
+            for a, b in ((lo, lo + DAY), (lo + DAY + 1800, lo + 2 * DAY + 1800))
+        ],
+        "serving": build_report(merge_window(rt.read_rows(lo, hi), hi), hi - lo, lo, hi, rt.business_type_of),
+        "cost": attribute(
+            CostInputs().add_rows(
+                r for r in rt.read_rows(lo, hi) if r.period_seconds == 60 or r.start_unix + r.period_seconds <= hi
+            ),
+            rt.inventory,
+            rt.settings.cost,
+            lo,
+            hi,
+            rt.business_type_of,
+        ),
+    }
+    spans: list[int] = []
+    read = rt.store.read_rows
+
+    def recorded(start: int, end: int, *args: Any, **kwargs: Any) -> Any:
+        spans.append(end - start)
+        return read(start, end, *args, **kwargs)
+
+    monkeypatch.setattr(rt.store, "read_rows", recorded)
+    _, by_day = rt.slo_attainment(lo, lo + 2 * DAY, [lo + DAY])
+    _, half = rt.slo_attainment(lo + DAY + 1800, lo + 2 * DAY + 1800, [])
+    serving = rt.report_between(lo, hi)
+    cost = rt.cost_report(lo, hi)
+    capacity = rt.capacity(lo, hi)
+    assert spans and max(spans) <= 3600
+    assert len(spans) >= 4 * 48 + 2 * 168  # every hour of each read (the half-hour day: 25 pieces)
+
+    for got, want in ((by_day[0], whole["slos"][0]), (half[0], whole["slos"][1])):
+        assert [e.total for e in got] == pytest.approx([e.total for _, e in want], rel=1e-12)
+        assert [e.good for e in got] == pytest.approx([e.good for _, e in want], rel=1e-12)
+    assert sum(e.total for e in by_day[0]) > 0
+    for a, b in zip(serving.business_types, whole["serving"].business_types, strict=True):
+        assert a.business_type == b.business_type
+        assert a.stats.requests == pytest.approx(b.stats.requests, rel=1e-12)
+        assert a.stats.latencies.keys() == b.stats.latencies.keys() and a.stats.latencies
+        for name, lat in a.stats.latencies.items():
+            assert lat.count == pytest.approx(b.stats.latencies[name].count, rel=1e-12)
+            assert [q.value for q in lat.quantiles] == pytest.approx(
+                [q.value for q in b.stats.latencies[name].quantiles], rel=1e-9
+            )
+    assert cost.allocated_usd == pytest.approx(whole["cost"].allocated_usd, rel=1e-12)
+    assert {k: v.output_tokens for k, v in cost.by("target").items()} == pytest.approx(
+        {k: v.output_tokens for k, v in whole["cost"].by("target").items()}, rel=1e-12
+    )
+    assert capacity and all(c.deployment for c in capacity)

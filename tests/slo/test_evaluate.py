@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from collector.rollup import Cell, Row, SeriesCell, SeriesIdent
-from collector.slo.evaluate import Events, burn, evaluate, events_for
+from collector.slo.evaluate import Events, PeriodCounter, burn, evaluate, events_for, period_events
 from collector.slo.spec import load_rules
 from collector.sources.vllm import Kind, SeriesKey
 
@@ -36,6 +39,13 @@ def rules(tmp_path):  # type: ignore[no-untyped-def]
     p = tmp_path / "r.yaml"
     p.write_text(RULES)
     return load_rules(p).rules
+
+
+def load_rules_text(text: str):  # type: ignore[no-untyped-def]
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "r.yaml"
+        p.write_text(text)
+        return load_rules(p).rules
 
 
 def ttft_row(minute_start: int, fast: float, mid: float, slow: float, model: str = "chat-model") -> Row:
@@ -182,3 +192,56 @@ def test_goodput_and_trace_latency_come_from_request_rollups(rules) -> None:  # 
     assert goodput.no_data_reason == "" and goodput.exact
     assert goodput.burn_rate(300.0) == pytest.approx(0.10 / 0.10)
     assert status(evaluate(rules, [], NOW), "chat-goodput").no_data_reason.startswith("needs trace ingestion")
+
+
+def test_a_period_counted_piece_by_piece_equals_one_read(rules) -> None:  # type: ignore[no-untyped-def]
+    """The weekly report counts each day an hour of rows at a time (`PeriodCounter`): any cut of
+    the rows gives the events of reading them at once, and those of the burn-rate windows' path
+    (`events_for`) over the same span, throughput slices (judged only once complete) included."""
+    start = int(NOW) - int(NOW) % 3600 - 3 * 3600  # three hours of minutes
+    end = start + 3 * 3600
+    rows: list[Row] = []
+    for minute in range(180):
+        t = start + 60 * minute
+        rows.append(ttft_row(t, 10 + minute % 7, 3 + minute % 5, minute % 3))
+        rows.append(success_row(t, "stop", 20 + minute % 4))
+        rows.append(success_row(t, "error" if minute % 2 else "abort", minute % 3))
+        if (minute // 5) % 6 != 2:  # every sixth 5-minute slice has no batch traffic
+            rows.append(tokens_row(t, (5 if (minute // 5) % 4 == 0 else 20) * 60))
+            rows.append(success_row(t, "stop", 1, model="batch-model"))
+        rows.append(ttft_row(t, 100, 0, 0, model="no-rule-lists-me"))
+    rows.append(Row(end - 1800, 3600, rows[0].cell))  # an hour cell reaching past the period: left out
+    with_cost = load_rules_text(
+        RULES + "      - {name: cost, sli: cost_ceiling, max_usd_per_million_tokens: 0.5, objective: 0.9, slice: 1h}\n"
+    )
+
+    def cost_of(inputs, lo, hi):  # type: ignore[no-untyped-def]
+        """0.40 USD per million tokens, or 0.60 for slices whose hour starts odd (bad)."""
+        tokens = sum(w.output_tokens for w in inputs.work.values())
+        return {"batch": (tokens * (0.6 if (lo // 3600) % 2 else 0.4) / 1e6, tokens)}
+
+    whole = period_events(with_cost, rows, [], start, end, cost_of=cost_of)
+    assert {o.slo: e.total for o, e in whole}["batch-throughput"] == 30  # 36 slices, 6 without traffic
+    cost = {o.slo: e for o, e in whole}["batch-cost"]
+    assert cost.total == 3 and cost.good in (1, 2)  # three hour slices, alternately over the ceiling
+    for step in (60, 420, 3600):  # pieces of a minute, 7 minutes (cutting slices), an hour
+        counter = PeriodCounter(with_cost, start, end, cost_of=cost_of)
+        for lo in range(start - 3600, end + 3600, step):
+            counter.add([r for r in rows if lo <= r.start_unix < lo + step])
+        pieces = counter.events()
+        assert [o.slo for o, _ in pieces] == [o.slo for o, _ in whole]
+        for (o, a), (_, b) in zip(pieces, whole, strict=True):
+            assert (a.good, a.total, a.exact) == pytest.approx((b.good, b.total, b.exact), rel=1e-12), (step, o.slo)
+    by_slo = dict((o.slo, e) for o, e in whole)
+    inside = [r for r in rows if start <= r.start_unix and r.start_unix + r.period_seconds <= end]
+    for o in rules.objectives:
+        if o.sli in ("latency", "error_ratio", "throughput"):
+            mine = [
+                r
+                for r in inside
+                if r.cell.ident.key.model == ("batch-model" if o.business_type == "batch" else "chat-model")
+            ]
+            assert events_for(o, mine, start, end + 60) == pytest.approx(by_slo[o.slo]), o.slo
+    errors = by_slo["chat-errors"]
+    assert errors.total == sum(20 + m % 4 + m % 3 for m in range(180))
+    assert errors.bad == sum(m % 3 for m in range(180))
