@@ -912,6 +912,10 @@ class Runtime:
             inputs.add_rows(
                 r for r in rows if r.period_seconds == MINUTE_SECONDS or r.start_unix + r.period_seconds <= end_unix
             )
+        return self.cost_from(inputs, start_unix, end_unix)
+
+    def cost_from(self, inputs: CostInputs, start_unix: int, end_unix: int) -> CostReport:
+        """The cost model over [start, end) from the work already added up in `inputs`."""
         return attribute(inputs, self.inventory, self.settings.cost, start_unix, end_unix, self.business_type_of)
 
     def _slice_costs(self, inputs: CostInputs, start_unix: int, end_unix: int) -> dict[str, tuple[float, float]]:

@@ -27,10 +27,14 @@ from collector.api.schemas import (
     summary_out,
 )
 from collector.config import format_duration
+from collector.cost.allocation import CostInputs
 from collector.drift.stats import decumulate, psi
 from collector.report.period import WEEK_RE, Period
-from collector.rollup import HOUR_SECONDS, SeriesCell, SeriesIdent, add_counts, hour_pieces
+from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, SeriesIdent, add_counts, hour_pieces
+from collector.slo.evaluate import Events, PeriodCounter
+from collector.slo.spec import Objective
 from collector.sources.vllm import Kind
+from collector.store.repository import merge_into
 from collector.traces.store import read_requests
 from collector.traces.summary import summarize
 
@@ -48,6 +52,7 @@ HOURLY_METRICS = (
     "generation_length",
     "requests_running",
 )
+HOURLY_SET = frozenset(HOURLY_METRICS)
 DRIFT_ALERT = "LLMSLOWorkloadDrift"
 CAPACITY_LOOKBACK = 28 * 86400  # capacity and its forecasts read the four weeks to the period's end
 
@@ -111,31 +116,51 @@ def _period_out(p: Period) -> dict[str, Any]:
 
 
 def _side(rt: Runtime, period: Period, detail: bool) -> _Side:
+    """Everything the report shows of one period, from one pass over its stored rows, a day at a
+    time and within a day an hour of the fleet's rows per read: each hour's rows go to the SLO
+    counter of their day, the day's and the period's cost inputs, the day's hour cells and length
+    histograms, and the period's merged series (the serving figures), in that order (the merge
+    adds into the cells it is given). Memory: an hour's rows plus what those keep, not the
+    period's rows (a day of 1,000 targets' minutes is tens of millions of cells); time: one read
+    of the period instead of one per section."""
     lo, hi = period.start, period.end
-    serving = rt.report_between(lo, hi)
     requests = read_requests(rt.store, lo, hi)
-    summary = summary_out(format_duration(max(60, hi - lo)), lo, hi, summarize(requests), engine_breakdown(serving))
     gateway_by_type: dict[str, float] = defaultdict(float)
     for key, cell in requests:
         gateway_by_type[key.business_type] += cell.total
-    del requests
     days = period.days()
-    objectives, pieces = rt.slo_attainment(lo, hi, [d[1] for d in days])
-    slos = SloAttainmentResponse(start_unix=lo, end_unix=hi, slos=[attainment_out(o, e) for o, e in objectives])
+    rules = rt.rules
+    first = rt.first_stored_unix()
+    merged: dict[tuple[str, SeriesIdent], SeriesCell] = {}
+    week_cost = CostInputs()
     day_rows: list[dict[str, Any]] = []
     hourly: dict[str, list[dict[str, Any]]] = defaultdict(list)
     lengths: dict[str, dict[str, dict[tuple[float, ...], list[float]]]] = defaultdict(lambda: defaultdict(dict))
-    for index, (name, dlo, dhi) in enumerate(days):
-        hours = _hours(rt, dlo, dhi, lengths)
+    daily_cost: list[dict[str, Any]] = []
+    slo_days: list[list[tuple[Objective, Events]]] = []
+    for name, dlo, dhi in days:
+        counter = PeriodCounter(rules, dlo, dhi, rt.business_type_of, rt.cost_of) if rules is not None else None
+        day_cost = CostInputs()
+        hours: dict[int, dict[tuple[str, SeriesIdent], SeriesCell]] = defaultdict(dict)
+        for start, end in hour_pieces(dlo, dhi, first):
+            rows = rt.read_rows(start, end)
+            if counter is not None:
+                counter.add(rows, read_requests(rt.store, start, end))
+            priced = [r for r in rows if r.period_seconds == MINUTE_SECONDS or r.start_unix + r.period_seconds <= dhi]
+            day_cost.add_rows(priced)
+            week_cost.add_rows(priced)
+            _add_hours(rt, rows, dlo, dhi, hours, lengths)
+            merge_into(merged, rows, hi)
+        slo_day = counter.events() if counter is not None else []
+        slo_days.append(slo_day)
         day_report = _merged_report(rt, hours, dlo, dhi)
-        slo_day = {o.slo: e for (o, _), e in zip(objectives, pieces[index], strict=True)} if pieces else {}
         day_rows.append(
             {
                 "day": name,
                 "start_unix": dlo,
                 "end_unix": dhi,
                 "business_types": {b.business_type: _brief(b.stats) for b in day_report.business_types},
-                "slo_events": {k: {"good": e.good, "total": e.total} for k, e in slo_day.items()},
+                "slo_events": {o.slo: {"good": e.good, "total": e.total} for o, e in slo_day},
             }
         )
         if detail:
@@ -145,20 +170,11 @@ def _side(rt: Runtime, period: Period, detail: bool) -> _Side:
                 )
                 for b in hr.business_types:
                     hourly[b.business_type].append({"start_unix": hour_start, **_brief(b.stats)})
-    cost = None
-    if rt.inventory:
-        report = rt.cost_report(lo, hi)
-        cost = {
-            group: cost_out(report, group, rt.cost_lines(report, group)).model_dump(mode="json")
-            for group in ("business_type", "deployment", "model", "tenant")
-        }
-        if detail:
-            daily = []
-            for name, dlo, dhi in days:
-                day = rt.cost_report(dlo, dhi)
+            if rt.inventory:
+                day = rt.cost_from(day_cost, dlo, dhi)
                 lines = rt.cost_lines(day, "business_type")
                 tokens = sum(line.prompt_tokens + line.output_tokens for line in lines.values())
-                daily.append(
+                daily_cost.append(
                     {
                         "day": name,
                         "allocated_usd": day.allocated_usd,
@@ -167,37 +183,49 @@ def _side(rt: Runtime, period: Period, detail: bool) -> _Side:
                         "usd_per_million_tokens": day.allocated_usd / tokens * 1e6 if tokens > 0 else None,
                     }
                 )
-            cost["daily"] = daily  # type: ignore[assignment]
+    serving = build_report(list(merged.values()), max(60, hi - lo), lo, hi, rt.business_type_of)
+    del merged
+    summary = summary_out(format_duration(max(60, hi - lo)), lo, hi, summarize(requests), engine_breakdown(serving))
+    del requests
+    objectives = [o for bt in rules.business_types for o in bt.objectives] if rules is not None else []
+    totals = [Events(0.0, 0.0) for _ in objectives]
+    for slo_day in slo_days:
+        totals = [t.plus(e) for t, (_, e) in zip(totals, slo_day, strict=True)]
+    slos = SloAttainmentResponse(
+        start_unix=lo, end_unix=hi, slos=[attainment_out(o, e) for o, e in zip(objectives, totals, strict=True)]
+    )
+    cost = None
+    if rt.inventory:
+        report = rt.cost_from(week_cost, lo, hi)
+        cost = {
+            group: cost_out(report, group, rt.cost_lines(report, group)).model_dump(mode="json")
+            for group in ("business_type", "deployment", "model", "tenant")
+        }
+        if detail:
+            cost["daily"] = daily_cost  # type: ignore[assignment]
     return _Side(period, serving, summary, slos, day_rows, dict(hourly), lengths, cost, dict(gateway_by_type))
 
 
-def _hours(
+def _add_hours(
     rt: Runtime,
+    rows: list[Row],
     lo: int,
     hi: int,
+    hours: dict[int, dict[tuple[str, SeriesIdent], SeriesCell]],
     lengths: dict[str, dict[str, dict[tuple[float, ...], list[float]]]],
-) -> dict[int, dict[tuple[str, SeriesIdent], SeriesCell]]:
-    """One day's cells merged per hour (minute cells into their hour; compacted hours as they
-    are), and the length histograms added into `lengths` per business type."""
-    hours: dict[int, dict[tuple[str, SeriesIdent], SeriesCell]] = defaultdict(dict)
-    placed: dict[tuple[str, str], str] = {}
-    rows = (
-        row
-        for start, end in hour_pieces(lo, hi, rt.store.first_unix())
-        for row in rt.store.read_rows(start, end, metrics=HOURLY_METRICS)
-    )
+) -> None:
+    """A day's rows merged per hour (minute cells into their hour; compacted hours as they are;
+    the series of HOURLY_METRICS), and the length histograms added into `lengths` per business
+    type."""
     for row in rows:
-        if row.start_unix + row.period_seconds > hi:
-            continue  # an hour cell reaching past the day (a zone with a half-hour offset)
         sc = row.cell
-        add_cells(hours[row.start_unix - (row.start_unix - lo) % HOUR_SECONDS], (sc,))
         metric = sc.ident.key.metric
+        if metric not in HOURLY_SET or row.start_unix + row.period_seconds > hi:
+            continue  # an hour cell reaching past the day (a zone with a half-hour offset)
+        add_cells(hours[row.start_unix - (row.start_unix - lo) % HOUR_SECONDS], (sc,))
         if metric in ("prompt_length", "generation_length") and sc.ident.kind is Kind.HISTOGRAM and sc.cell.buckets:
-            pair = (sc.target, sc.ident.key.model)
-            if pair not in placed:
-                placed[pair] = rt.business_type_of(*pair) or UNASSIGNED
-            add_counts(lengths[placed[pair]][metric], sc.ident.bounds, sc.cell.buckets)
-    return hours
+            add_counts(lengths[rt.business_type_of(sc.target, sc.ident.key.model) or UNASSIGNED][metric],
+                       sc.ident.bounds, sc.cell.buckets)  # fmt: skip
 
 
 def _merged_report(
