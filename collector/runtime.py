@@ -36,7 +36,7 @@ from collector.cost.allocation import (
     attribute,
     tenant_lines,
 )
-from collector.cost.capacity import CAPACITY_METRICS, Capacity, capacity_report
+from collector.cost.capacity import CAPACITY_METRICS, Capacity, CapacityCounter
 from collector.cost.inventory import Inventory
 from collector.cost.slo import CostOf
 from collector.drift.baseline import fetch as fetch_baseline
@@ -922,20 +922,23 @@ class Runtime:
         report = attribute(inputs, self.inventory, self.settings.cost, start_unix, end_unix, self.business_type_of)
         return report.business_type_costs()
 
-    def capacity(self, start_unix: int, end_unix: int) -> list[Capacity]:
+    def capacity(self, start_unix: int, end_unix: int, counter: CapacityCounter | None = None) -> list[Capacity]:
         """Capacity per deployment from the stored rollups of [start, end), read an hour at a
-        time (blocking)."""
-        rows = itertools.chain.from_iterable(self.read_hours(start_unix, end_unix, metrics=CAPACITY_METRICS))
+        time (blocking), added to what `counter` holds already (`capacity_counter`)."""
+        counter = counter if counter is not None else self.capacity_counter()
+        for rows in self.read_hours(start_unix, end_unix, metrics=CAPACITY_METRICS):
+            counter.add(rows)
         th = self.rules.thresholds if self.rules is not None else None
-        return capacity_report(
-            rows,
-            self.inventory,
+        return counter.report(
             self.settings.cost,
             self.rules,
-            self.business_type_of,
             kv_limit=(th.kv_cache_usage if th and th.kv_cache_usage else 0.95),
             queue_limit=(th.queue_waiting if th and th.queue_waiting else 10.0),
         )
+
+    def capacity_counter(self) -> CapacityCounter:
+        """An empty capacity count for this inventory, to add rows to (`capacity`)."""
+        return CapacityCounter(self.inventory, self.business_type_of)
 
     def compare(
         self,

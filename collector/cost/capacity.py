@@ -50,6 +50,7 @@ CAPACITY_METRICS = (
     BUSY,
     USED_RATIO,  # DCGM
 )
+CAPACITY_SET = frozenset(CAPACITY_METRICS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,60 +185,86 @@ def capacity_report(
     kv_limit: float = 0.95,
     queue_limit: float = 10.0,
 ) -> list[Capacity]:
-    hours: dict[str, dict[int, _Hour]] = defaultdict(lambda: defaultdict(_Hour))
-    lengths: dict[str, dict[str, dict[tuple[float, ...], list[float]]]] = defaultdict(lambda: defaultdict(dict))
-    types: dict[str, set[str]] = defaultdict(set)
-    for r in rows:
-        d = inventory.deployment_of(r.cell.target)
-        if d is None:
-            continue
-        ident, cell = r.cell.ident, r.cell.cell
-        metric = ident.key.metric
-        h = hours[d.name][r.start_unix - r.start_unix % HOUR_SECONDS]
-        if is_gpu_metric(metric):
-            if metric == USED_RATIO and cell.n:
-                h.gpu_memory_max = max(h.gpu_memory_max or 0.0, cell.gmax)
-            continue
-        bt = business_type_of(r.cell.target, ident.key.model)
-        if bt:
-            types[d.name].add(bt)
-        h.targets.add(r.cell.target)
-        if ident.kind is Kind.COUNTER:
-            if metric in ("prompt_tokens", "generation_tokens"):
-                h.tokens += cell.value
-            elif metric == "request_success":
-                h.requests += cell.value
-                if dict(ident.key.labels).get("finished_reason") in ("error", "abort"):
-                    h.errors += cell.value
-        elif ident.kind is Kind.HISTOGRAM and cell.buckets is not None:
-            if metric in ("prompt_length", "generation_length"):
-                add_counts(lengths[d.name][metric], ident.bounds, cell.buckets)
-            else:
-                add_counts(h.hist, (metric, ident.bounds), cell.buckets)
-        elif cell.n:
-            if metric == BUSY:
-                h.replica_seconds += cell.observed_seconds
-            elif metric == "requests_running":
-                h.running_max = max(h.running_max, cell.gmax)
-            elif metric == "requests_waiting":
-                h.waiting_max = max(h.waiting_max, cell.gmax)
-            elif metric == "kv_cache_usage":
-                h.kv_max = max(h.kv_max, cell.gmax)
-    out = []
-    for name, d in inventory.deployments.items():
-        out.append(
-            _deployment_capacity(
-                d,
-                hours.get(name, {}),
-                lengths.get(name, {}),
-                _objectives(rules, types.get(name, ())),
-                rules.min_events if rules else 1,
-                config,
-                kv_limit,
-                queue_limit,
-            )
+    counter = CapacityCounter(inventory, business_type_of)
+    counter.add(rows)
+    return counter.report(config, rules, kv_limit, queue_limit)
+
+
+class CapacityCounter:
+    """What capacity reads of the rows (per deployment and hour: replicas, tokens, requests and
+    errors, peaks, latency histograms; the length histograms), added a piece at a time: the
+    weekly report feeds it the rows it reads for its other sections."""
+
+    def __init__(self, inventory: Inventory, business_type_of: BusinessTypeOf) -> None:
+        self.inventory, self.business_type_of = inventory, business_type_of
+        self.hours: dict[str, dict[int, _Hour]] = defaultdict(lambda: defaultdict(_Hour))
+        self.lengths: dict[str, dict[str, dict[tuple[float, ...], list[float]]]] = defaultdict(
+            lambda: defaultdict(dict)
         )
-    return out
+        self.types: dict[str, set[str]] = defaultdict(set)
+
+    def add(self, rows: Iterable[Row]) -> None:
+        """Rows of CAPACITY_METRICS (others are left out), each once."""
+        inventory, business_type_of = self.inventory, self.business_type_of
+        hours, lengths, types = self.hours, self.lengths, self.types
+        for r in rows:
+            ident, cell = r.cell.ident, r.cell.cell
+            metric = ident.key.metric
+            if metric not in CAPACITY_SET:
+                continue
+            d = inventory.deployment_of(r.cell.target)
+            if d is None:
+                continue
+            h = hours[d.name][r.start_unix - r.start_unix % HOUR_SECONDS]
+            if is_gpu_metric(metric):
+                if metric == USED_RATIO and cell.n:
+                    h.gpu_memory_max = max(h.gpu_memory_max or 0.0, cell.gmax)
+                continue
+            bt = business_type_of(r.cell.target, ident.key.model)
+            if bt:
+                types[d.name].add(bt)
+            h.targets.add(r.cell.target)
+            if ident.kind is Kind.COUNTER:
+                if metric in ("prompt_tokens", "generation_tokens"):
+                    h.tokens += cell.value
+                elif metric == "request_success":
+                    h.requests += cell.value
+                    if dict(ident.key.labels).get("finished_reason") in ("error", "abort"):
+                        h.errors += cell.value
+            elif ident.kind is Kind.HISTOGRAM and cell.buckets is not None:
+                if metric in ("prompt_length", "generation_length"):
+                    add_counts(lengths[d.name][metric], ident.bounds, cell.buckets)
+                else:
+                    add_counts(h.hist, (metric, ident.bounds), cell.buckets)
+            elif cell.n:
+                if metric == BUSY:
+                    h.replica_seconds += cell.observed_seconds
+                elif metric == "requests_running":
+                    h.running_max = max(h.running_max, cell.gmax)
+                elif metric == "requests_waiting":
+                    h.waiting_max = max(h.waiting_max, cell.gmax)
+                elif metric == "kv_cache_usage":
+                    h.kv_max = max(h.kv_max, cell.gmax)
+
+    def report(
+        self, config: CostConfig, rules: SloRules | None, kv_limit: float = 0.95, queue_limit: float = 10.0
+    ) -> list[Capacity]:
+        hours, lengths, types = self.hours, self.lengths, self.types
+        out = []
+        for name, d in self.inventory.deployments.items():
+            out.append(
+                _deployment_capacity(
+                    d,
+                    hours.get(name, {}),
+                    lengths.get(name, {}),
+                    _objectives(rules, types.get(name, ())),
+                    rules.min_events if rules else 1,
+                    config,
+                    kv_limit,
+                    queue_limit,
+                )
+            )
+        return out
 
 
 def _deployment_capacity(

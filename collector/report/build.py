@@ -1,11 +1,13 @@
 """Assemble a report from the collector's own answers.
 
-Every headline figure is what the API returns for the same period: the report calls the same
-functions (`Runtime.report_between`, `summarize`, `Runtime.cost_report`, `Runtime.capacity`,
-`Runtime.slo_attainment`) and keeps their API form (`*_out`) under `api`, so a reader can check
-any number with one query. The per-day and per-hour breakdowns read the period one day at a time
-(memory does not grow with the period). A business type with no traffic in a period says so
-(`has_data: false`) instead of showing zeros.
+Every headline figure is what the API returns for the same period (`/api/v1/serving`, `cost`,
+`capacity`, `slos/attainment`, `requests/summary`), and the report keeps their API form (`*_out`)
+under `api`, so a reader can check any number with one query. It computes them in one pass over
+the period's stored rows (`_side`: a day at a time, an hour of rows per read) with the same
+accumulators those endpoints use (`merge_into`, `CostInputs`, `PeriodCounter`, `CapacityCounter`),
+so that a week of a large fleet is read once, not once per section, and memory holds an hour of
+rows (tests/report checks the figures against the API). A business type with no traffic in a
+period says so (`has_data: false`) instead of showing zeros.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collector.api.schemas import (
 )
 from collector.config import format_duration
 from collector.cost.allocation import CostInputs
+from collector.cost.capacity import CapacityCounter
 from collector.drift.stats import decumulate, psi
 from collector.report.period import WEEK_RE, Period
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, SeriesIdent, add_counts, hour_pieces
@@ -75,7 +78,9 @@ class _Side:
 def build(rt: Runtime, period: Period, top_tenants: int = 10) -> dict[str, Any]:
     """The report for `period` with the period before it as the comparison (blocking)."""
     started = time.perf_counter()
-    this = _side(rt, period, detail=True)
+    # capacity reads the four weeks to the period's end: a period inside them feeds it its rows
+    capacity = rt.capacity_counter() if period.seconds <= CAPACITY_LOOKBACK else None
+    this = _side(rt, period, detail=True, capacity=capacity)
     before = _side(rt, period.previous(), detail=False)
     report: dict[str, Any] = {
         "id": report_id(period),
@@ -90,7 +95,7 @@ def build(rt: Runtime, period: Period, top_tenants: int = 10) -> dict[str, Any]:
     report["traffic"] = _traffic(this, before, top_tenants)
     report["cost"] = _cost(this, before, top_tenants)
     report["drift"] = _drift(this, before, report["incidents"]["episodes"])
-    report["capacity"] = _capacity(rt, period)
+    report["capacity"] = _capacity(rt, period, capacity)
     report["data_quality"] = _data_quality(rt, this)
     report["headline"] = _headline(report)
     report["api"] = {
@@ -115,7 +120,7 @@ def _period_out(p: Period) -> dict[str, Any]:
 # --- reading one period ---------------------------------------------------------------------------
 
 
-def _side(rt: Runtime, period: Period, detail: bool) -> _Side:
+def _side(rt: Runtime, period: Period, detail: bool, capacity: CapacityCounter | None = None) -> _Side:
     """Everything the report shows of one period, from one pass over its stored rows, a day at a
     time and within a day an hour of the fleet's rows per read: each hour's rows go to the SLO
     counter of their day, the day's and the period's cost inputs, the day's hour cells and length
@@ -150,6 +155,8 @@ def _side(rt: Runtime, period: Period, detail: bool) -> _Side:
             day_cost.add_rows(priced)
             week_cost.add_rows(priced)
             _add_hours(rt, rows, dlo, dhi, hours, lengths)
+            if capacity is not None:
+                capacity.add(rows)
             merge_into(merged, rows, hi)
         slo_day = counter.events() if counter is not None else []
         slo_days.append(slo_day)
@@ -456,11 +463,14 @@ def _drift(this: _Side, before: _Side, episodes: list[dict[str, Any]]) -> dict[s
     return {"alerts": [e for e in episodes if e["alertname"] == DRIFT_ALERT], "length_shifts": shifts}
 
 
-def _capacity(rt: Runtime, period: Period) -> dict[str, Any]:
+def _capacity(rt: Runtime, period: Period, counter: CapacityCounter | None) -> dict[str, Any]:
+    """Capacity over the four weeks to the period's end. `counter`: the period's rows are in it
+    already (its pass fed them) and only the weeks before it are read here; None: all are."""
     if not rt.inventory:
         return {"available": False, "why": "no deployments: configure `deployments:` to size them"}
     start = period.end - CAPACITY_LOOKBACK
-    resp = capacity_out(start, period.end, rt.capacity(start, period.end)).model_dump(mode="json")
+    found = rt.capacity(start, period.end) if counter is None else rt.capacity(start, period.start, counter)
+    resp = capacity_out(start, period.end, found).model_dump(mode="json")
     return {"available": True, **resp}
 
 
