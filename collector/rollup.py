@@ -272,3 +272,13 @@ def hour_pieces(start: int, end: int, first: int | None) -> Iterator[tuple[int, 
         hi = min(end, lo - lo % HOUR_SECONDS + HOUR_SECONDS)
         yield lo, hi
         lo = hi
+
+
+READ_CELLS = 100_000  # cells per read for the readers of long periods (~250 MB of rows in memory)
+
+
+def read_step(series: int) -> int:
+    """Seconds of minute cells per read: the most whole minutes dividing an hour whose cells for
+    `series` series stay within READ_CELLS (at least one minute)."""
+    fitting = [m for m in (60, 30, 20, 15, 12, 10, 6, 5, 4, 3, 2, 1) if m * max(1, series) <= READ_CELLS]
+    return (fitting[0] if fitting else 1) * MINUTE_SECONDS

@@ -54,7 +54,16 @@ from collector.drift.compare import (
 from collector.drift.monitor import DriftMonitor
 from collector.drift.saved import SavedMinutes, mapping_fingerprint
 from collector.fleetmap import FleetMap
-from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, SeriesIdent, hour_pieces, period_start
+from collector.rollup import (
+    HOUR_SECONDS,
+    MINUTE_SECONDS,
+    Row,
+    SeriesCell,
+    SeriesIdent,
+    hour_pieces,
+    period_start,
+    read_step,
+)
 from collector.slo import saved as saved_counts
 from collector.slo.alerts import AlertBook, deliver
 from collector.slo.evaluate import Events, PeriodCounter, SloStatus, evaluate, period_bounds
@@ -513,9 +522,9 @@ class Runtime:
         self, start_unix: int, end_unix: int, cuts: Sequence[int] = ()
     ) -> tuple[list[tuple[Objective, Events]], list[list[Events]]]:
         """Every objective's events over the closed period [start, end) and per piece between
-        `cuts` (default: whole days from `start`), each piece counted from its rows an hour at a
-        time (`PeriodCounter`), so that memory grows neither with the period nor with the fleet's
-        rows per piece. The period's events are the sum of its pieces' (blocking)."""
+        `cuts` (default: whole days from `start`), each piece counted from its rows a few minutes
+        or an hour at a time (`read_spans`, `PeriodCounter`), so that memory grows neither with
+        the period nor with the fleet's rows per piece. The period's events are the sum of its pieces' (blocking)."""
         if self.rules is None:
             return [], []
         bounds = sorted({start_unix, end_unix, *(c for c in cuts if start_unix < c < end_unix)})
@@ -528,10 +537,8 @@ class Runtime:
         pieces: list[list[Events]] = []
         for lo, hi in itertools.pairwise(bounds):
             counter = PeriodCounter(self.rules, lo, hi, self.business_type_of, self.cost_of)
-            for hour, upto in hour_pieces(lo, hi, first):
-                counter.add(
-                    self.store.read_rows(hour, upto, metrics=self.slo_metrics), read_requests(self.store, hour, upto)
-                )
+            for a, b in self.read_spans(lo, hi, first):
+                counter.add(self.store.read_rows(a, b, metrics=self.slo_metrics), read_requests(self.store, a, b))
             pieces.append([e for _, e in counter.events()])
         totals = [Events(0.0, 0.0) for _ in objectives]
         for piece in pieces:
@@ -830,13 +837,35 @@ class Runtime:
         target: str | None = None,
         model: str | None = None,
     ) -> Iterator[list[Row]]:
-        """`read_rows` of [start, end) an hour of start times per read (hours of the clock), for
-        readers that add the rows up as they come (a report of a week, the cost of a month): what
-        they hold at once is one hour of the fleet's cells, not the period's (a day of 1,000
-        targets' minutes is tens of millions of cells). Hours before the oldest stored or kept
-        cell are not read (a period from 1970 is not 490,000 queries)."""
-        for lo, hi in hour_pieces(start, end, self._first_engine_unix()):
+        """`read_rows` of [start, end) a piece at a time (`read_spans`: an hour of compacted
+        cells, a few minutes of minute cells), for readers that add the rows up as they come (a
+        report of a week, the cost of a month): what they hold at once is about READ_CELLS of the
+        fleet's cells, not the period's (a day of 1,000 targets' minutes is 34 million). Hours
+        before the oldest stored or kept cell are not read (a period from 1970 is not 490,000
+        queries)."""
+        for lo, hi in self.read_spans(start, end, self._first_engine_unix()):
             yield self.read_rows(lo, hi, metrics=metrics, target=target, model=model)
+
+    def read_spans(self, start: int, end: int, first: int | None) -> Iterator[tuple[int, int]]:
+        """[start, end) cut where the readers of long periods read (`read_hours`, the report):
+        at the hours of the clock (compacted hours: one cell per series each), and where the
+        store keeps minutes (the minute-rollup retention to now, with an hour's margin) every few
+        minutes, as many as make about READ_CELLS cells of the fleet's series (an hour at 1,600
+        series, four minutes at 24,000: 1,000 targets of 24 series). Nothing before `first` (the
+        oldest stored cell; None: nothing stored)."""
+        fine_from = int(time.time() - self.settings.retention.minute_rollups) - HOUR_SECONDS
+        fine: int | None = None
+        for lo, hi in hour_pieces(start, end, first):
+            if hi <= fine_from:
+                yield lo, hi
+                continue
+            if fine is None:
+                fine = read_step(self.store.series_count())
+            at = lo
+            while at < hi:
+                upto = min(hi, at - at % fine + fine)
+                yield at, upto
+                at = upto
 
     def _first_engine_unix(self) -> int | None:
         """The start of the oldest engine cell, stored or in the scrapers' memory (None: none)."""

@@ -3,9 +3,9 @@
 Every headline figure is what the API returns for the same period (`/api/v1/serving`, `cost`,
 `capacity`, `slos/attainment`, `requests/summary`), and the report keeps their API form (`*_out`)
 under `api`, so a reader can check any number with one query. It computes them in one pass over
-the period's stored rows (`_side`: a day at a time, an hour of rows per read) with the same
+the period's stored rows (`_side`: a day at a time, a few minutes or an hour per read) with the same
 accumulators those endpoints use (`merge_into`, `CostInputs`, `PeriodCounter`, `CapacityCounter`),
-so that a week of a large fleet is read once, not once per section, and memory holds an hour of
+so that a week of a large fleet is read once, not once per section, and memory holds one read's
 rows (tests/report checks the figures against the API). A business type with no traffic in a
 period says so (`has_data: false`) instead of showing zeros.
 """
@@ -33,7 +33,7 @@ from collector.cost.allocation import CostInputs
 from collector.cost.capacity import CapacityCounter
 from collector.drift.stats import decumulate, psi
 from collector.report.period import WEEK_RE, Period
-from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, SeriesIdent, add_counts, hour_pieces
+from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, SeriesIdent, add_counts
 from collector.slo.evaluate import Events, PeriodCounter
 from collector.slo.spec import Objective
 from collector.sources.vllm import Kind
@@ -122,10 +122,11 @@ def _period_out(p: Period) -> dict[str, Any]:
 
 def _side(rt: Runtime, period: Period, detail: bool, capacity: CapacityCounter | None = None) -> _Side:
     """Everything the report shows of one period, from one pass over its stored rows, a day at a
-    time and within a day an hour of the fleet's rows per read: each hour's rows go to the SLO
+    time and within a day a piece per read (`Runtime.read_spans`: a few minutes of the fleet's
+    minute cells, an hour of compacted ones): each piece's rows go to the SLO
     counter of their day, the day's and the period's cost inputs, the day's hour cells and length
     histograms, and the period's merged series (the serving figures), in that order (the merge
-    adds into the cells it is given). Memory: an hour's rows plus what those keep, not the
+    adds into the cells it is given). Memory: a piece's rows plus what those keep, not the
     period's rows (a day of 1,000 targets' minutes is tens of millions of cells); time: one read
     of the period instead of one per section."""
     lo, hi = period.start, period.end
@@ -147,7 +148,7 @@ def _side(rt: Runtime, period: Period, detail: bool, capacity: CapacityCounter |
         counter = PeriodCounter(rules, dlo, dhi, rt.business_type_of, rt.cost_of) if rules is not None else None
         day_cost = CostInputs()
         hours: dict[int, dict[tuple[str, SeriesIdent], SeriesCell]] = defaultdict(dict)
-        for start, end in hour_pieces(dlo, dhi, first):
+        for start, end in rt.read_spans(dlo, dhi, first):
             rows = rt.read_rows(start, end)
             if counter is not None:
                 counter.add(rows, read_requests(rt.store, start, end))

@@ -364,6 +364,11 @@ class Store:
             if row.id not in known:
                 known[int(row.id)] = (row.target_name, _ident_from_row(row), row.unit)
 
+    def series_count(self) -> int:
+        """How many series are stored (every target's, every period)."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(series)).scalar() or 0)
+
     def first_unix(self) -> int | None:
         """The start of the oldest stored engine cell (None: nothing stored)."""
         with self.engine.connect() as conn:  # per period: each is the first entry of its index range

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -269,3 +270,29 @@ def test_time_range_reads_search_the_window_index_instead_of_scanning_every_row(
             plan = " / ".join(str(r[-1]) for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters))
             assert "SCAN llmslo_rollups" not in plan, (statement, plan)
     store.close()
+
+
+def test_long_reads_take_minutes_of_a_large_fleet_and_hours_of_compacted_history(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`Runtime.read_spans`: the pieces the report, cost and capacity read a long period in cover
+    it exactly, once; where minutes are kept (the retention to now) a piece holds about
+    READ_CELLS cells of the fleet's series, before it an hour (compacted: one cell per series)."""
+    import time
+
+    from collector.config import Settings
+    from collector.rollup import READ_CELLS, read_step
+    from collector.runtime import Runtime
+
+    assert [read_step(n) for n in (0, 1_600, 1_700, 24_000, 100_000, 10**7)] == [3600, 3600, 1800, 240, 60, 60]
+    rt = Runtime(Settings(targets=[]), Store("sqlite://"))
+    monkeypatch.setattr(rt.store, "series_count", lambda: 24_000)  # 1,000 targets of 24 series
+    now = int(time.time())
+    start, end = now - now % 3600 - 7 * 86400 + 1234, now - now % 60
+    spans = list(rt.read_spans(start, end, start - 86400))
+    assert spans[0][0] == start and spans[-1][1] == end
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))  # no gap, no overlap
+    old = [b - a for a, b in spans if b <= now - 48 * 3600 - 2 * 3600]
+    recent = [b - a for a, b in spans if a >= now - 48 * 3600]
+    assert old and max(old) == 3600 and recent and max(recent) == 240 and READ_CELLS >= 240 * 24_000 / 60
+    assert list(rt.read_spans(start, end, None)) == []  # nothing stored: nothing read
+    assert next(iter(rt.read_spans(0, end, end - 600)))[0] == end - 600 - (end - 600) % 3600  # not from 1970
+    rt.store.close()
