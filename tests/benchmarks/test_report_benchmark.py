@@ -199,17 +199,19 @@ def test_report_on_a_day_of_fleet_minutes(tmp_path: Path) -> None:
     try:
         results = []
         for label, tree in trees:
-            cost = offline(["cost", "--config", str(path), *week, "--json"], tree, tmp_path / "cost.log", limit_gib)
+            logs = tmp_path / f"tree-{len(results)}"
+            logs.mkdir()
+            cost = offline(["cost", "--config", str(path), *week, "--json"], tree, logs / "cost.log", limit_gib)
             out = tmp_path / "report.json"
             report = offline(
                 ["report", "--config", str(path), "--week", "last", "--format", "json", "--out", str(out)],
                 tree,
-                tmp_path / f"report-{len(results)}.log",
+                logs / "report.log",
                 limit_gib,
             )
             results.append((label, cost, report))
             if label == "this tree":
-                assert report[1] is not None, (tmp_path / "report-0.log").read_text()[-3000:]
+                assert report[1] is not None, (logs / "report.log").read_text()[-3000:]
                 data = json.loads(out.read_text())
                 assert data["traffic"]["engine_requests"] > 0 and data["cost"]["allocated_usd"] > 0
     finally:
