@@ -640,9 +640,9 @@ class Runtime:
         business_type: str | None = None,
     ) -> ServingReport:
         """Derived serving metrics over any past period, merged from the stored rollups an hour
-        at a time (`read_hours`)."""
+        at a time (`read_pieces`)."""
         merged: dict[tuple[str, SeriesIdent], SeriesCell] = {}
-        for rows in self.read_hours(start_unix, end_unix, target=target, model=model):
+        for rows in self.read_pieces(start_unix, end_unix, target=target, model=model):
             merge_into(merged, rows, end_unix)
         cells = list(merged.values())
         seconds = max(60, end_unix - start_unix)
@@ -829,7 +829,7 @@ class Runtime:
         out = [r for r in rows if r.period_seconds != MINUTE_SECONDS or (r.cell.target, r.start_unix) not in covered]
         return out + kept
 
-    def read_hours(
+    def read_pieces(
         self,
         start: int,
         end: int,
@@ -847,7 +847,7 @@ class Runtime:
             yield self.read_rows(lo, hi, metrics=metrics, target=target, model=model)
 
     def read_spans(self, start: int, end: int, first: int | None) -> Iterator[tuple[int, int]]:
-        """[start, end) cut where the readers of long periods read (`read_hours`, the report):
+        """[start, end) cut where the readers of long periods read (`read_pieces`, the report):
         at the hours of the clock (compacted hours: one cell per series each), and where the
         store keeps minutes (the minute-rollup retention to now, with an hour's margin) every few
         minutes, as many as make about READ_CELLS cells of the fleet's series (an hour at 1,600
@@ -937,7 +937,7 @@ class Runtime:
         """The cost model over [start, end) from the stored rollups, read an hour at a time
         (blocking)."""
         inputs = CostInputs()
-        for rows in self.read_hours(start_unix, end_unix, metrics=COST_METRICS):
+        for rows in self.read_pieces(start_unix, end_unix, metrics=COST_METRICS):
             inputs.add_rows(
                 r for r in rows if r.period_seconds == MINUTE_SECONDS or r.start_unix + r.period_seconds <= end_unix
             )
@@ -955,7 +955,7 @@ class Runtime:
         """Capacity per deployment from the stored rollups of [start, end), read an hour at a
         time (blocking), added to what `counter` holds already (`capacity_counter`)."""
         counter = counter if counter is not None else self.capacity_counter()
-        for rows in self.read_hours(start_unix, end_unix, metrics=CAPACITY_METRICS):
+        for rows in self.read_pieces(start_unix, end_unix, metrics=CAPACITY_METRICS):
             counter.add(rows)
         th = self.rules.thresholds if self.rules is not None else None
         return counter.report(

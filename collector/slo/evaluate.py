@@ -381,8 +381,8 @@ def period_events(
 
 
 class PeriodCounter:
-    """`period_events` fed a piece of the period at a time (an hour of the fleet's rows, then
-    the next): it keeps only what the events are made of, so memory does not grow with the rows
+    """`period_events` fed a piece of the period at a time (a few minutes or an hour of the
+    fleet's rows, then the next): it keeps only what the events are made of, so memory does not grow with the rows
     read. Per business type: the latency objectives' bucket counts per layout, the error ratio's
     totals, the throughput slices' tokens and requests, the trace objectives' counts; per cost
     slice size, each slice's cost inputs (judged by `events`, once every piece is in). A row
