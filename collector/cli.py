@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collector import __version__
+from collector import __version__, gcpolicy
 from collector.config import ConfigError, Settings, TargetConfig, load_settings
 from collector.secrets import redact_url
 from collector.sources.expfmt import ExpositionError
@@ -1061,8 +1061,10 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("apscheduler", "httpx"):  # one line per job run or request drowns the useful lines
+    # one line per job run or request drowns the useful lines (matplotlib: one per report chart)
+    for noisy in ("apscheduler", "httpx", "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    gcpolicy.offline()  # `serve` sets its own (gcpolicy.serving)
     args = build_parser().parse_args(argv)
     code: int = args.func(args)
     return code

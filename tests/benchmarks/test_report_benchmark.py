@@ -146,7 +146,7 @@ def offline(args: list[str], cwd: Path, log: Path, limit_gib: float) -> tuple[fl
     with open(log, "wb") as out:
         done = subprocess.run(
             [sys.executable, "-c", REPORT_PEAK, *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=out,
-            preexec_fn=cap, timeout=3600, check=False,
+            preexec_fn=cap, timeout=float(os.environ.get("LLMSLO_REPORT_TIMEOUT", "3600")), check=False,
         )  # fmt: skip
     seconds = time.perf_counter() - started
     found = re.search(r"PEAK_RSS_KIB (\d+)", log.read_text(errors="replace"))
@@ -158,7 +158,8 @@ def test_report_on_a_day_of_fleet_minutes(tmp_path: Path) -> None:
     N targets (LLMSLO_REPORT_FLEET_TARGETS, 1,000: 24 series each, 34.6 million rows), as a
     collector that scraped them leaves it. `llmslo report --week last` in its own process, next
     to `llmslo cost` for the same week (a plain read of it, the baseline), each process' peak
-    RSS. LLMSLO_REPORT_BEFORE=<commit> also runs both with that commit's code (a git worktree),
+    RSS (each command is stopped after LLMSLO_REPORT_TIMEOUT seconds, 3600 by default).
+    LLMSLO_REPORT_BEFORE=<commit> also runs both with that commit's code (a git worktree),
     to compare a change's memory. Run (outside the default suite):
       LLMSLO_REPORT_FLEET_TARGETS=1000 .venv/bin/python -m pytest \\
         tests/benchmarks/test_report_benchmark.py -k day_of_fleet -s"""
