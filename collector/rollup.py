@@ -120,7 +120,12 @@ def add_counts(into: dict[K, list[float]], key: K, counts: Sequence[float]) -> N
     """Add a histogram's bucket counts into `into[key]` (a copy on first sight): how windows,
     drift populations and capacity hours merge the buckets of one layout."""
     have = into.get(key)
-    into[key] = list(counts) if have is None else [a + b for a, b in zip(have, counts, strict=True)]
+    if have is None:
+        into[key] = list(counts)
+    elif len(have) != len(counts):
+        raise ValueError(f"cannot add {len(counts)} bucket counts to {len(have)}")
+    else:  # map, not a comprehension: a report adds millions of these
+        into[key] = list(map(operator.add, have, counts))
 
 
 def period_start(unix: float, period_seconds: int = MINUTE_SECONDS) -> int:

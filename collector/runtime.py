@@ -45,6 +45,7 @@ from collector.drift.compare import (
     Comparison,
     Selector,
     SelectorError,
+    Side,
     Tolerances,
     align_sketches,
     collect,
@@ -1001,27 +1002,34 @@ class Runtime:
         for sel in (baseline, candidate):
             if not sel.on_engines:
                 raise SelectorError(f"selector {sel.text!r} chooses gateway spans only: use source=spans")
-        rows_engine = self.read_rows(start, end, metrics=COMPARE_METRICS)
 
         def chooser(sel: Selector) -> Callable[[str, str], bool]:
+            chosen: dict[tuple[str, str], bool] = {}  # asked once per (target, model), not per row
+
             def choose(target: str, model: str) -> bool:
-                if sel.kind == "business_type":
-                    return self.business_type_of(target, model) in sel.values
-                cfg = self.targets.get(target)
-                labels = cfg.labels if cfg is not None else {}
-                d = self.inventory.deployment_of(target)
-                return sel.matches(target, model, labels, d.name if d else None, self.settings.traces.track_label)
+                found = chosen.get((target, model))
+                if found is None:
+                    if sel.kind == "business_type":
+                        found = self.business_type_of(target, model) in sel.values
+                    else:
+                        cfg = self.targets.get(target)
+                        labels = cfg.labels if cfg is not None else {}
+                        d = self.inventory.deployment_of(target)
+                        track = self.settings.traces.track_label
+                        found = sel.matches(target, model, labels, d.name if d else None, track)
+                    chosen[(target, model)] = found
+                return found
 
             return choose
 
-        return compare_sides(
-            collect(rows_engine, chooser(baseline)),
-            collect(rows_engine, chooser(candidate)),
-            names,
-            window_seconds,
-            tol,
-            source="engines",
-        )
+        # a piece at a time (`read_pieces`): a day of a large fleet's minutes is tens of millions
+        # of rows, more memory than the collector serving the request should ever take at once
+        base_side, cand_side = Side(), Side()
+        take_base, take_cand = chooser(baseline), chooser(candidate)
+        for rows_engine in self.read_pieces(start, end, metrics=COMPARE_METRICS):
+            collect(rows_engine, take_base, base_side)
+            collect(rows_engine, take_cand, cand_side)
+        return compare_sides(base_side, cand_side, names, window_seconds, tol, source="engines")
 
     def cost_lines(self, report: CostReport, group_by: str) -> dict[str, Line]:
         """The report's groups by deployment, business type, model, target, or (from the gateway

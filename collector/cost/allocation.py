@@ -124,6 +124,15 @@ class CostInputs:
             w.gpu_active_sum += cell.sum
             w.gpu_active_n += cell.n
 
+    def plus(self, other: CostInputs) -> CostInputs:
+        """Add another span's inputs (a day's into its week's) without reading their rows again."""
+        for key, w in other.work.items():
+            have = self.work.get(key)
+            if have is None:
+                have = self.work[key] = Work()
+            have.merge(w)
+        return self
+
     def add_rows(self, rows: Iterable[Row]) -> CostInputs:
         for r in rows:
             self.add(r.cell.target, r.cell.ident, r.cell.cell)

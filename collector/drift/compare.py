@@ -136,8 +136,10 @@ class Side:
         return sum(v for k, v in self.finish.items() if k in ERRORS)
 
 
-def collect(rows: Iterable[Row], choose: Callable[[str, str], bool]) -> Side:
-    side = Side()
+def collect(rows: Iterable[Row], choose: Callable[[str, str], bool], side: Side | None = None) -> Side:
+    """The engine rows that `choose` takes (by target and model), added into `side` (a new one
+    with None): a long range is read and added a piece at a time (`Runtime.compare`)."""
+    side = Side() if side is None else side
     for r in rows:
         ident, cell = r.cell.ident, r.cell.cell
         if not choose(r.cell.target, ident.key.model):

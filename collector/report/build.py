@@ -124,7 +124,7 @@ def _side(rt: Runtime, period: Period, detail: bool, capacity: CapacityCounter |
     """Everything the report shows of one period, from one pass over its stored rows, a day at a
     time and within a day a piece per read (`Runtime.read_spans`: a few minutes of the fleet's
     minute cells, an hour of compacted ones): each piece's rows go to the SLO
-    counter of their day, the day's and the period's cost inputs, the day's hour cells and length
+    counter of their day, the day's cost inputs (the period's add up the days'), the day's hour cells and length
     histograms, and the period's merged series (the serving figures), in that order (the merge
     adds into the cells it is given). Memory: a piece's rows plus what those keep, not the
     period's rows (a day of 1,000 targets' minutes is tens of millions of cells); time: one read
@@ -154,11 +154,11 @@ def _side(rt: Runtime, period: Period, detail: bool, capacity: CapacityCounter |
                 counter.add(rows, read_requests(rt.store, start, end))
             priced = [r for r in rows if r.period_seconds == MINUTE_SECONDS or r.start_unix + r.period_seconds <= dhi]
             day_cost.add_rows(priced)
-            week_cost.add_rows(priced)
             _add_hours(rt, rows, dlo, dhi, hours, lengths)
             if capacity is not None:
                 capacity.add(rows)
             merge_into(merged, rows, hi)
+        week_cost.plus(day_cost)
         slo_day = counter.events() if counter is not None else []
         slo_days.append(slo_day)
         day_report = _merged_report(rt, hours, dlo, dhi)

@@ -346,14 +346,26 @@ class Store:
         known = self._series
         with self.engine.connect() as conn:
             rows = conn.execute(select(*READ_COLUMNS).where(*cond)).all()
-            missing = [sid for sid, *_ in rows if sid not in known]
+            missing = [r[0] for r in rows if r[0] not in known]
             if missing:
                 self._learn_series(conn, min(missing), max(missing))
         out: list[Row] = []
-        append = out.append
+        append, decode, nan = out.append, _decode_floats, math.nan
         for sid, seconds, start, value, total, buckets, gmin, gmax, glast, n, observed, last in rows:
             name, ident, unit = known[sid]
-            cell = _cell_of(ident.kind, value, total, buckets, gmin, gmax, glast, n, observed, last)
+            # `_cell_of` written out: this loop runs once per stored cell a reader asks for
+            cell = Cell(
+                ident.kind,
+                float(value),
+                float(total),
+                None if buckets is None else decode(buckets),
+                nan if gmin is None else float(gmin),
+                nan if gmax is None else float(gmax),
+                nan if glast is None else float(glast),
+                int(n),
+                float(observed),
+                float(last),
+            )
             append(Row(int(start), int(seconds), SeriesCell(name, ident, unit, cell)))
         return out
 

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -130,6 +131,53 @@ def test_an_identical_canary_is_promoted_and_a_quiet_one_held(tmp_path: Path) ->
     assert strict.returncode == 3 and json.loads(strict.stdout)["verdict"] == "hold"
     bad = subprocess.run([*cmd, "--tolerance-p95", "ten"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--tolerance-p95 'ten'" in bad.stderr
+
+
+def test_a_long_comparison_reads_a_piece_at_a_time_and_judges_as_one_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A day of a large fleet's minutes is tens of millions of rows: `compare` reads the engines'
+    rows a piece at a time (`Runtime.read_pieces`) and adds each piece into both sides. Cut into
+    one-minute reads, it judges exactly as one read of the whole range does."""
+    import collector.runtime as runtime_module
+    from collector.drift.compare import COMPARE_METRICS, Tolerances, collect, compare_sides
+
+    rt, now = simulate(tmp_path, canary_prefill=1500, share=0.3)
+    # every stored minute counts as recent (the scenario is in the past), read a minute at a time
+    retention = rt.settings.retention.model_copy(update={"minute_rollups": 10 * 365 * 86400.0})
+    rt.settings = rt.settings.model_copy(update={"retention": retention})
+    monkeypatch.setattr(runtime_module, "read_step", lambda series: 60)
+    spans: list[int] = []
+    read = rt.store.read_rows
+
+    def recorded(start: int, end: int, *args: Any, **kwargs: Any) -> Any:
+        spans.append(end - start)
+        return read(start, end, *args, **kwargs)
+
+    monkeypatch.setattr(rt.store, "read_rows", recorded)
+    base, cand = Selector.parse("model=chat-model"), Selector.parse("model=chat-model-v2")
+    lo, hi = last(now)
+    pieces = rt.compare(base, cand, lo, hi, source="engines")
+    assert spans and max(spans) == 60 and len(spans) == (hi - lo) // 60
+
+    rows = read(lo, hi, metrics=COMPARE_METRICS)
+    tol = Tolerances(**rt.settings.compare.model_dump())
+
+    def whole_side(model: str) -> Any:
+        return collect(rows, lambda target, m: m == model)
+
+    whole = compare_sides(
+        whole_side("chat-model"), whole_side("chat-model-v2"), (base.text, cand.text), hi - lo, tol, "engines"
+    )
+    assert pieces.verdict == whole.verdict == "rollback"
+    assert (pieces.baseline_requests, pieces.candidate_requests) == pytest.approx(
+        (whole.baseline_requests, whole.candidate_requests), rel=1e-12
+    )
+    assert [m.name for m in pieces.metrics] == [m.name for m in whole.metrics]
+    for a, b in zip(pieces.metrics, whole.metrics, strict=True):
+        assert a.verdict == b.verdict, a.name
+        for got, want in ((a.baseline, b.baseline), (a.candidate, b.candidate)):
+            assert got == want if want is None else got == pytest.approx(want, rel=1e-9, nan_ok=True), a.name
 
 
 def test_selectors_say_what_is_wrong() -> None:
