@@ -539,7 +539,7 @@ class Runtime:
         for lo, hi in itertools.pairwise(bounds):
             counter = PeriodCounter(self.rules, lo, hi, self.business_type_of, self.cost_of)
             for a, b in self.read_spans(lo, hi, first):
-                counter.add(self.store.read_rows(a, b, metrics=self.slo_metrics), read_requests(self.store, a, b))
+                counter.add(self.store.read_rows(a, b, metrics=self.slo_metrics), self.piece_requests(a, b, lo, hi))
             pieces.append([e for _, e in counter.events()])
         totals = [Events(0.0, 0.0) for _ in objectives]
         for piece in pieces:
@@ -867,6 +867,20 @@ class Runtime:
                 upto = min(hi, at - at % fine + fine)
                 yield at, upto
                 at = upto
+
+    def piece_requests(self, a: int, b: int, start: int, end: int) -> list[tuple[RequestKey, RequestCell]]:
+        """The gateway request cells that the piece [a, b) of `read_spans(start, end, ...)` brings
+        along with its engine rows: with the first piece of each hour of the clock, the cells lying
+        wholly inside that hour (within [start, end)); with the others, none. Request cells are
+        read an hour at a time even where engine rows are read a few minutes at a time: a
+        compacted hour lies wholly inside no shorter piece (`read_requests`' rule), and the few-minute
+        pieces reach back to hours that may have been compacted since (the minute retention's
+        margin). An hour of cells is a few thousand at most (tenants per minute are capped)."""
+        hour = a - a % HOUR_SECONDS
+        lo = max(hour, start)
+        if a != lo:
+            return []
+        return read_requests(self.store, lo, min(hour + HOUR_SECONDS, end))
 
     def _first_engine_unix(self) -> int | None:
         """The start of the oldest engine cell, stored or in the scrapers' memory (None: none)."""

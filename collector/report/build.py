@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,11 +34,12 @@ from collector.cost.allocation import CostInputs
 from collector.cost.capacity import CapacityCounter
 from collector.drift.stats import decumulate, psi
 from collector.report.period import WEEK_RE, Period
-from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, SeriesIdent, add_counts
+from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, SeriesIdent, add_counts, hour_pieces
 from collector.slo.evaluate import Events, PeriodCounter
 from collector.slo.spec import Objective
 from collector.sources.vllm import Kind
 from collector.store.repository import merge_into
+from collector.traces.rollup import RequestCell, RequestKey
 from collector.traces.store import read_requests
 from collector.traces.summary import summarize
 
@@ -123,17 +125,15 @@ def _period_out(p: Period) -> dict[str, Any]:
 def _side(rt: Runtime, period: Period, detail: bool, capacity: CapacityCounter | None = None) -> _Side:
     """Everything the report shows of one period, from one pass over its stored rows, a day at a
     time and within a day a piece per read (`Runtime.read_spans`: a few minutes of the fleet's
-    minute cells, an hour of compacted ones): each piece's rows go to the SLO
-    counter of their day, the day's cost inputs (the period's add up the days'), the day's hour cells and length
-    histograms, and the period's merged series (the serving figures), in that order (the merge
-    adds into the cells it is given). Memory: a piece's rows plus what those keep, not the
-    period's rows (a day of 1,000 targets' minutes is tens of millions of cells); time: one read
-    of the period instead of one per section."""
+    minute cells, an hour of compacted ones): each piece's rows go to the SLO counter of their
+    day (with the gateway's request cells of each hour: `Runtime.piece_requests`), the day's
+    cost inputs (the period's add up the days'), the day's hour cells and length histograms, and
+    the period's merged series (the serving figures), in that order (the merge adds into the
+    cells it is given). The period's request summary reads the request cells an hour at a time
+    too. Memory: a piece's rows plus what those keep, not the period's rows (a day of 1,000
+    targets' minutes is tens of millions of cells); time: one read of the period instead of one
+    per section."""
     lo, hi = period.start, period.end
-    requests = read_requests(rt.store, lo, hi)
-    gateway_by_type: dict[str, float] = defaultdict(float)
-    for key, cell in requests:
-        gateway_by_type[key.business_type] += cell.total
     days = period.days()
     rules = rt.rules
     first = rt.first_stored_unix()
@@ -151,7 +151,7 @@ def _side(rt: Runtime, period: Period, detail: bool, capacity: CapacityCounter |
         for start, end in rt.read_spans(dlo, dhi, first):
             rows = rt.read_rows(start, end)
             if counter is not None:
-                counter.add(rows, read_requests(rt.store, start, end))
+                counter.add(rows, rt.piece_requests(start, end, dlo, dhi))
             priced = [r for r in rows if r.period_seconds == MINUTE_SECONDS or r.start_unix + r.period_seconds <= dhi]
             day_cost.add_rows(priced)
             _add_hours(rt, rows, dlo, dhi, hours, lengths)
@@ -193,8 +193,19 @@ def _side(rt: Runtime, period: Period, detail: bool, capacity: CapacityCounter |
                 )
     serving = build_report(list(merged.values()), max(60, hi - lo), lo, hi, rt.business_type_of)
     del merged
-    summary = summary_out(format_duration(max(60, hi - lo)), lo, hi, summarize(requests), engine_breakdown(serving))
-    del requests
+    # the gateway's request cells of the period, an hour at a time (a large gateway's week is
+    # millions of cells): the requests per business type, and the summary of the period
+    gateway_by_type: dict[str, float] = defaultdict(float)
+
+    def gateway_cells() -> Iterator[tuple[RequestKey, RequestCell]]:
+        for a, b in hour_pieces(lo, hi, first):
+            for key, cell in read_requests(rt.store, a, b):
+                gateway_by_type[key.business_type] += cell.total
+                yield key, cell
+
+    summary = summary_out(
+        format_duration(max(60, hi - lo)), lo, hi, summarize(gateway_cells()), engine_breakdown(serving)
+    )
     objectives = [o for bt in rules.business_types for o in bt.objectives] if rules is not None else []
     totals = [Events(0.0, 0.0) for _ in objectives]
     for slo_day in slo_days:

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -526,3 +527,54 @@ def test_the_report_reads_an_hour_at_a_time_and_adds_up_to_one_read(weeks, monke
         {k: v.output_tokens for k, v in whole["cost"].by("target").items()}, rel=1e-12
     )
     assert capacity and all(c.deployment for c in capacity)
+
+
+def test_request_cells_of_hours_compacted_inside_the_few_minute_pieces_are_read_once(  # type: ignore[no-untyped-def]
+    weeks, monkeypatch
+) -> None:
+    """The readers of long periods read a few minutes of engine rows at a time from an hour
+    before the minute retention on, and compaction may have turned that hour's request minutes
+    into an hour cell since, which lies wholly inside no few-minute piece. The gateway's request
+    cells come an hour at a time with the hour's first piece (`Runtime.piece_requests`): over
+    a day cut that way they are every cell of one read of the day, each once, and the report's
+    request summary of its week (read an hour at a time) is that of one read of the week."""
+    from sqlalchemy import text
+
+    import collector.runtime as runtime_module
+    from collector.report.build import _side
+    from collector.traces.store import read_requests
+    from collector.traces.summary import summarize
+
+    rt, _run, _t0, period, _built = weeks
+    with rt.store.engine.connect() as conn:
+        first_minute = conn.execute(
+            text("SELECT min(start_unix) FROM llmslo_request_rollups WHERE period_seconds = 60")
+        ).scalar()
+    assert first_minute is not None and first_minute % 3600 == 0  # the compaction's cutoff: hours before it
+    # few-minute pieces from half an hour before the cutoff: the last compacted hour is cut
+    fine_from = first_minute - 1800
+    retention = rt.settings.retention.model_copy(update={"minute_rollups": time.time() - 3600 - fine_from})
+    monkeypatch.setattr(rt, "settings", rt.settings.model_copy(update={"retention": retention}))
+    monkeypatch.setattr(runtime_module, "read_step", lambda series: 300)
+    day_lo = first_minute - first_minute % DAY
+    day_hi = day_lo + DAY
+    spans = list(rt.read_spans(day_lo, day_hi, rt.first_stored_unix()))
+    cut = [(a, b) for a, b in spans if first_minute - 3600 <= a < first_minute]
+    assert len(cut) == 12 and all(b - a == 300 for a, b in cut)  # the compacted hour, in 5-minute pieces
+    assert read_requests(rt.store, first_minute - 3600, first_minute, period=3600)  # the compacted hour
+    assert not read_requests(rt.store, first_minute - 3600, first_minute - 3600 + 300)  # which no piece holds
+
+    def keyed(cells: Any) -> list[tuple[Any, str]]:
+        return sorted((k, json.dumps(c.to_json(), sort_keys=True)) for k, c in cells)
+
+    pieces = [cell for a, b in spans for cell in rt.piece_requests(a, b, day_lo, day_hi)]
+    assert keyed(pieces) == keyed(read_requests(rt.store, day_lo, day_hi))
+
+    side = _side(rt, period, detail=False)
+    whole = summarize(read_requests(rt.store, period.start, period.end))
+    assert side.summary.requests == whole.requests > 0
+    assert side.summary.tenants == whole.tenants
+    by_type: dict[str, float] = {}
+    for k, c in read_requests(rt.store, period.start, period.end):
+        by_type[k.business_type] = by_type.get(k.business_type, 0.0) + c.total
+    assert side.gateway_by_type == by_type
