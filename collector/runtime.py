@@ -868,6 +868,13 @@ class Runtime:
                 yield at, upto
                 at = upto
 
+    def request_cells(self, start: int, end: int) -> Iterator[tuple[RequestKey, RequestCell]]:
+        """The gateway's request cells lying wholly inside [start, end) (`read_requests`), read an
+        hour of the clock at a time for readers that add them up as they come (the report's
+        summary, the cost per tenant): a month of a large gateway's cells is millions."""
+        for a, b in hour_pieces(start, end, first_request_unix(self.store)):
+            yield from read_requests(self.store, a, b)
+
     def piece_requests(self, a: int, b: int, start: int, end: int) -> list[tuple[RequestKey, RequestCell]]:
         """The gateway request cells that the piece [a, b) of `read_spans(start, end, ...)` brings
         along with its engine rows: with the first piece of each hour of the clock, the cells lying
@@ -1049,8 +1056,8 @@ class Runtime:
         """The report's groups by deployment, business type, model, target, or (from the gateway
         spans of the same window) tenant."""
         if group_by == "tenant":
-            rows = read_requests(self.store, report.start_unix, report.end_unix)
-            return tenant_lines(report, rows, self.settings.cost.cached_token_weight)
+            cells = self.request_cells(report.start_unix, report.end_unix)
+            return tenant_lines(report, cells, self.settings.cost.cached_token_weight)
         return report.by(group_by)
 
     def compact(self, now_unix: float) -> tuple[int, int]:

@@ -396,27 +396,38 @@ def tenant_lines(
         s[3] += line.output_tokens
         s[4] += line.busy_usd
         s[5] += line.total_usd
-    requests = list(requests)
+    # one pass over the cells (a month of a large gateway's is millions, read an hour at a time):
+    # per (tenant, model) requests, input tokens, cached tokens (at most the input), output
+    # tokens and input work (uncached plus weighted cached tokens); per model, what spans claim
+    per: dict[tuple[str, str], list[float]] = {}
+    for key, cell in requests:
+        clipped = min(cell.cached_input_tokens, cell.input_tokens)
+        acc = per.get((key.tenant, key.model))
+        if acc is None:
+            acc = per[(key.tenant, key.model)] = [0.0] * 5
+        acc[0] += cell.total
+        acc[1] += cell.input_tokens
+        acc[2] += clipped
+        acc[3] += cell.output_tokens
+        acc[4] += cell.input_tokens - clipped + cached_token_weight * clipped
     claimed: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # model -> span input work, output tokens
-    for key, cell in requests:
-        cached = min(cell.cached_input_tokens, cell.input_tokens)
-        claimed[key.model][0] += cell.input_tokens - cached + cached_token_weight * cached
-        claimed[key.model][1] += cell.output_tokens
+    for (_tenant, model), acc in per.items():
+        claimed[model][0] += acc[4]
+        claimed[model][1] += acc[3]
     out: dict[str, Line] = defaultdict(Line)
-    for key, cell in requests:
-        cached = min(cell.cached_input_tokens, cell.input_tokens)
-        line = Line(float(cell.total), float(cell.input_tokens), float(cached), float(cell.output_tokens))
-        m = sums.get(key.model)
+    for (tenant, model), (n, input_tokens, cached, output_tokens, work) in sorted(per.items()):
+        line = Line(n, input_tokens, cached, output_tokens)
+        m = sums.get(model)
         if m is not None:
-            c_in, c_out = claimed[key.model]
+            c_in, c_out = claimed[model]
             per_input = m[0] / max(m[1], c_in) if m[1] > 0 else 0.0
             per_output = m[2] / max(m[3], c_out) if m[3] > 0 else 0.0
-            line.input_usd = per_input * (cell.input_tokens - cached + cached_token_weight * cached)
-            line.output_usd = per_output * cell.output_tokens
+            line.input_usd = per_input * work
+            line.output_usd = per_output * output_tokens
             busy_share = m[4] / m[5] if m[5] > 0 else 1.0
             line.busy_usd = (line.input_usd + line.output_usd) * busy_share
             line.idle_usd = (line.input_usd + line.output_usd) - line.busy_usd
-        out[key.tenant].add(line)
+        out[tenant].add(line)
     return dict(out)
 
 

@@ -34,13 +34,12 @@ from collector.cost.allocation import CostInputs
 from collector.cost.capacity import CapacityCounter
 from collector.drift.stats import decumulate, psi
 from collector.report.period import WEEK_RE, Period
-from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, SeriesIdent, add_counts, hour_pieces
+from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Row, SeriesCell, SeriesIdent, add_counts
 from collector.slo.evaluate import Events, PeriodCounter
 from collector.slo.spec import Objective
 from collector.sources.vllm import Kind
 from collector.store.repository import merge_into
 from collector.traces.rollup import RequestCell, RequestKey
-from collector.traces.store import read_requests
 from collector.traces.summary import summarize
 
 if TYPE_CHECKING:
@@ -198,10 +197,9 @@ def _side(rt: Runtime, period: Period, detail: bool, capacity: CapacityCounter |
     gateway_by_type: dict[str, float] = defaultdict(float)
 
     def gateway_cells() -> Iterator[tuple[RequestKey, RequestCell]]:
-        for a, b in hour_pieces(lo, hi, first):
-            for key, cell in read_requests(rt.store, a, b):
-                gateway_by_type[key.business_type] += cell.total
-                yield key, cell
+        for key, cell in rt.request_cells(lo, hi):
+            gateway_by_type[key.business_type] += cell.total
+            yield key, cell
 
     summary = summary_out(
         format_duration(max(60, hi - lo)), lo, hi, summarize(gateway_cells()), engine_breakdown(serving)

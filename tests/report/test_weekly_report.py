@@ -578,3 +578,14 @@ def test_request_cells_of_hours_compacted_inside_the_few_minute_pieces_are_read_
     for k, c in read_requests(rt.store, period.start, period.end):
         by_type[k.business_type] = by_type.get(k.business_type, 0.0) + c.total
     assert side.gateway_by_type == by_type
+    # the cost per tenant reads them the same way (`Runtime.request_cells`)
+    from collector.cost.allocation import tenant_lines
+
+    cost = rt.cost_report(period.start, period.end)
+    streamed = rt.cost_lines(cost, "tenant")
+    weight = rt.settings.cost.cached_token_weight
+    at_once = tenant_lines(cost, read_requests(rt.store, period.start, period.end), weight)
+    assert streamed.keys() == at_once.keys() and len(streamed) > 1
+    for tenant, line in streamed.items():
+        assert line.requests == at_once[tenant].requests > 0
+        assert line.total_usd == pytest.approx(at_once[tenant].total_usd, rel=1e-12) and line.total_usd > 0
