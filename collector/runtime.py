@@ -448,7 +448,11 @@ class Runtime:
             except SQLAlchemyError as exc:
                 log.warning("could not read the saved SLO counts (%s): counting the stored rollups again", exc)
                 resume = None
-        ledger.backfill(read_rows, lambda lo, hi, period: read_requests(self.store, lo, hi, period), now_unix, resume)
+        # minutes a few at a time at fleet size (an hour of 1,000 targets' SLO rows is ~1 GB of cells)
+        step = read_step(self.store.series_count())
+        ledger.backfill(
+            read_rows, lambda lo, hi, period: read_requests(self.store, lo, hi, period), now_unix, resume, step
+        )
         if judged_before is not None and resume is not None:
             ledger.drop_judged(resume, judged_before)
         self.slo_counts_resumed_from = resume

@@ -557,11 +557,14 @@ class SloLedger:
         read_requests: Callable[[int, int, int], Sequence[tuple[RequestKey, RequestCell]]],
         now_unix: float,
         start_from: int | None = None,
+        minute_step: int = HOUR_SECONDS,
     ) -> None:
         """Fill the rings from the store up to the minute the live commits started in: hour cells
-        a day at a time, minute cells an hour at a time (memory bounded by one hour of the fleet's
-        rows, however long the period); trace request cells likewise. `read_*(start, end, period)`.
-        `start_from`: the rings hold what came before it already (`restore`)."""
+        a day at a time, minute cells `minute_step` seconds at a time (an hour by default; a few
+        minutes for a large fleet: `rollup.read_step`), so that memory is bounded by one read of
+        the fleet's rows, however long the period; trace request cells likewise.
+        `read_*(start, end, period)`. `start_from`: the rings hold what came before it already
+        (`restore`)."""
         assert self.live_since is not None
         until = period_start(self.live_since)
         start, _ = period_bounds(self.rules, now_unix)
@@ -569,7 +572,7 @@ class SloLedger:
         start -= start % HOUR_SECONDS
         if start_from is not None:
             start = max(start, start_from)
-        for period, step in ((HOUR_SECONDS, 86400), (MINUTE_SECONDS, HOUR_SECONDS)):
+        for period, step in ((HOUR_SECONDS, 86400), (MINUTE_SECONDS, minute_step)):
             for lo in range(start, until, step):
                 hi = min(lo + step, until)
                 rows = read_rows(lo, hi, period)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,7 +130,13 @@ def run_history(rt: Runtime, rng: random.Random, servers: dict[str, Server], t_f
         ingest(rt.store, records, rt.traces.targets_of(), rt.ledger.add_requests if rt.ledger else None)
 
 
-def test_ledger_matches_the_full_re_read(tmp_path: Path, db_url: str) -> None:
+@pytest.mark.parametrize("minute_read", [None, 300])
+def test_ledger_matches_the_full_re_read(
+    tmp_path: Path, db_url: str, minute_read: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger filled from the store and then counting live equals a full re-read. With
+    `minute_read`, the fill reads the stored minutes that many seconds at a time, as it does for
+    a large fleet (`rollup.read_step`), cutting the throughput and cost slices across reads."""
     rng = random.Random(11)
     rt = Runtime(settings(tmp_path, db_url))
     servers = {name: Server(rng, T0 - 30) for name in rt.scrapers}
@@ -139,6 +146,19 @@ def test_ledger_matches_the_full_re_read(tmp_path: Path, db_url: str) -> None:
     rt.store.close()
     rt = Runtime(settings(tmp_path, db_url))
     assert rt.ledger is not None
+    minute_reads: list[int] = []
+    if minute_read is not None:
+        import collector.runtime as runtime_module
+
+        monkeypatch.setattr(runtime_module, "read_step", lambda series: minute_read)
+        read = rt.store.read_rows
+
+        def recorded(start: int, end: int, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("period") == 60:
+                minute_reads.append(end - start)
+            return read(start, end, *args, **kwargs)
+
+        monkeypatch.setattr(rt.store, "read_rows", recorded)
     rt.ledger.live_since = T0 + 3 * 3600  # the "restart": live from here, the rest is backfilled
     checked = 0
     start = T0 + 3 * 3600
@@ -158,6 +178,8 @@ def test_ledger_matches_the_full_re_read(tmp_path: Path, db_url: str) -> None:
     assert statuses["chat-gw-ttft"].period.events.total > 0
     cost = statuses["batch-cost"].period.events
     assert cost.total >= 8 and 0 < cost.good < cost.total  # half-hour slices, some over the ceiling
+    if minute_read is not None:
+        assert minute_reads and max(minute_reads) == minute_read
     rt.store.close()
 
 
