@@ -19,6 +19,7 @@ from collector.runtime import Runtime
 from collector.sim.fastclock import run_into_store, targets_for
 from collector.sim.scenario import parse_scenario
 from collector.store.repository import Store
+from tests.reads import record_reads
 
 SCENARIO = """\
 version: v1
@@ -147,14 +148,8 @@ def test_a_long_comparison_reads_a_piece_at_a_time_and_judges_as_one_read(
     retention = rt.settings.retention.model_copy(update={"minute_rollups": 10 * 365 * 86400.0})
     rt.settings = rt.settings.model_copy(update={"retention": retention})
     monkeypatch.setattr(runtime_module, "read_step", lambda series: 60)
-    spans: list[int] = []
     read = rt.store.read_rows
-
-    def recorded(start: int, end: int, *args: Any, **kwargs: Any) -> Any:
-        spans.append(end - start)
-        return read(start, end, *args, **kwargs)
-
-    monkeypatch.setattr(rt.store, "read_rows", recorded)
+    spans = record_reads(monkeypatch, rt.store)
     base, cand = Selector.parse("model=chat-model"), Selector.parse("model=chat-model-v2")
     lo, hi = last(now)
     pieces = rt.compare(base, cand, lo, hi, source="engines")

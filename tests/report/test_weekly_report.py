@@ -34,6 +34,7 @@ from collector.sim.fastclock import run_into_store, store_spans, targets_for
 from collector.sim.scenario import load_scenario
 from collector.store.repository import Store
 from tests.embedded import free_port, serving
+from tests.reads import record_reads
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
@@ -493,14 +494,7 @@ def test_the_report_reads_an_hour_at_a_time_and_adds_up_to_one_read(weeks, monke
             rt.business_type_of,
         ),
     }
-    spans: list[int] = []
-    read = rt.store.read_rows
-
-    def recorded(start: int, end: int, *args: Any, **kwargs: Any) -> Any:
-        spans.append(end - start)
-        return read(start, end, *args, **kwargs)
-
-    monkeypatch.setattr(rt.store, "read_rows", recorded)
+    spans = record_reads(monkeypatch, rt.store)
     _, by_day = rt.slo_attainment(lo, lo + 2 * DAY, [lo + DAY])
     _, half = rt.slo_attainment(lo + DAY + 1800, lo + 2 * DAY + 1800, [])
     serving = rt.report_between(lo, hi)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,6 +18,7 @@ from collector.slo.evaluate import SloStatus
 from collector.slo.ledger import Ring
 from collector.traces.normalize import RequestRecord
 from collector.traces.store import ingest
+from tests.reads import record_reads
 
 RULES = """\
 version: v1
@@ -151,14 +151,7 @@ def test_ledger_matches_the_full_re_read(
         import collector.runtime as runtime_module
 
         monkeypatch.setattr(runtime_module, "read_step", lambda series: minute_read)
-        read = rt.store.read_rows
-
-        def recorded(start: int, end: int, *args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("period") == 60:
-                minute_reads.append(end - start)
-            return read(start, end, *args, **kwargs)
-
-        monkeypatch.setattr(rt.store, "read_rows", recorded)
+        minute_reads = record_reads(monkeypatch, rt.store, period=60)
     rt.ledger.live_since = T0 + 3 * 3600  # the "restart": live from here, the rest is backfilled
     checked = 0
     start = T0 + 3 * 3600
