@@ -202,28 +202,36 @@ class CapacityCounter:
             lambda: defaultdict(dict)
         )
         self.types: dict[str, set[str]] = defaultdict(set)
+        # per (target, model): its deployment's name (None: in none) and business type, asked once
+        self._placed: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+
+    def _place(self, target: str, model: str) -> tuple[str | None, str | None]:
+        d = self.inventory.deployment_of(target)
+        placed = (None, None) if d is None else (d.name, self.business_type_of(target, model))
+        self._placed[(target, model)] = placed
+        return placed
 
     def add(self, rows: Iterable[Row]) -> None:
         """Rows of CAPACITY_METRICS (others are left out), each once."""
-        inventory, business_type_of = self.inventory, self.business_type_of
-        hours, lengths, types = self.hours, self.lengths, self.types
+        hours, lengths, types, placed = self.hours, self.lengths, self.types, self._placed
         for r in rows:
             ident, cell = r.cell.ident, r.cell.cell
             metric = ident.key.metric
             if metric not in CAPACITY_SET:
                 continue
-            d = inventory.deployment_of(r.cell.target)
-            if d is None:
+            target = r.cell.target
+            found = placed.get((target, ident.key.model))
+            name, bt = self._place(target, ident.key.model) if found is None else found
+            if name is None:
                 continue
-            h = hours[d.name][r.start_unix - r.start_unix % HOUR_SECONDS]
+            h = hours[name][r.start_unix - r.start_unix % HOUR_SECONDS]
             if is_gpu_metric(metric):
                 if metric == USED_RATIO and cell.n:
                     h.gpu_memory_max = max(h.gpu_memory_max or 0.0, cell.gmax)
                 continue
-            bt = business_type_of(r.cell.target, ident.key.model)
             if bt:
-                types[d.name].add(bt)
-            h.targets.add(r.cell.target)
+                types[name].add(bt)
+            h.targets.add(target)
             if ident.kind is Kind.COUNTER:
                 if metric in ("prompt_tokens", "generation_tokens"):
                     h.tokens += cell.value
@@ -233,7 +241,7 @@ class CapacityCounter:
                         h.errors += cell.value
             elif ident.kind is Kind.HISTOGRAM and cell.buckets is not None:
                 if metric in ("prompt_length", "generation_length"):
-                    add_counts(lengths[d.name][metric], ident.bounds, cell.buckets)
+                    add_counts(lengths[name][metric], ident.bounds, cell.buckets)
                 else:
                     add_counts(h.hist, (metric, ident.bounds), cell.buckets)
             elif cell.n:
