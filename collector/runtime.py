@@ -886,8 +886,8 @@ class Runtime:
         read an hour at a time even where engine rows are read a few minutes at a time: a
         compacted hour lies wholly inside no shorter piece (`read_requests`' rule), and the few-minute
         pieces reach back to hours that may have been compacted since (the minute retention's
-        margin). An hour of cells is bounded: `traces.max_tenants_per_minute` (1,000) times 60 at
-        the most, far fewer than a few minutes of a large fleet's engine cells."""
+        margin). An hour of cells is bounded by the gateway's per-minute caps on tenants, models
+        and tracks (`traces.max_*_per_minute`), not by the fleet."""
         hour = a - a % HOUR_SECONDS
         lo = max(hour, start)
         if a != lo:
