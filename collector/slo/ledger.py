@@ -558,13 +558,15 @@ class SloLedger:
         now_unix: float,
         start_from: int | None = None,
         minute_step: int = HOUR_SECONDS,
+        fine_from: int | None = None,
     ) -> None:
         """Fill the rings from the store up to the minute the live commits started in: hour cells
-        a day at a time, minute cells `minute_step` seconds at a time (an hour by default; a few
-        minutes for a large fleet: `rollup.read_step`), so that memory is bounded by one read of
-        the fleet's rows, however long the period; trace request cells likewise.
-        `read_*(start, end, period)`. `start_from`: the rings hold what came before it already
-        (`restore`)."""
+        a day at a time, minute cells an hour at a time, and from `fine_from` on (where the store
+        keeps minutes) `minute_step` seconds at a time (a few minutes for a large fleet:
+        `rollup.read_step`), so that memory is bounded by one read of the fleet's rows, however
+        long the period; trace request cells likewise (before `fine_from` minutes are rare, and
+        a read costs its query even when empty). `read_*(start, end, period)`. `start_from`:
+        the rings hold what came before it already (`restore`)."""
         assert self.live_since is not None
         until = period_start(self.live_since)
         start, _ = period_bounds(self.rules, now_unix)
@@ -572,12 +574,15 @@ class SloLedger:
         start -= start % HOUR_SECONDS
         if start_from is not None:
             start = max(start, start_from)
-        for period, step in ((HOUR_SECONDS, 86400), (MINUTE_SECONDS, minute_step)):
-            for lo in range(start, until, step):
-                hi = min(lo + step, until)
+        fine = until if fine_from is None else fine_from
+        for period, step in ((HOUR_SECONDS, 86400), (MINUTE_SECONDS, HOUR_SECONDS)):
+            lo = start
+            while lo < until:
+                hi = min(lo + (minute_step if period == MINUTE_SECONDS and lo >= fine else step), until)
                 rows = read_rows(lo, hi, period)
                 self._add_rows((r for r in rows if r.start_unix + r.period_seconds <= until), period)
                 self.add_requests(read_requests(lo, hi, period), period)
+                lo = hi
         self._add_rows(self.start_rows, MINUTE_SECONDS)
         self.add_requests(self.start_requests, MINUTE_SECONDS)
         self.start_rows, self.start_requests = (), ()
