@@ -451,7 +451,7 @@ class Runtime:
         # where minutes are kept, a few at a time at fleet size (read_spans' pieces: an hour of 300
         # targets' SLO rows took the fill from 222 to 409 MiB)
         step = read_step(self.store.series_count())
-        fine_from = int(now_unix - self.settings.retention.minute_rollups) - HOUR_SECONDS
+        fine_from = self.minutes_kept_from(now_unix)
         ledger.backfill(
             read_rows,
             lambda lo, hi, period: read_requests(self.store, lo, hi, period),
@@ -865,7 +865,7 @@ class Runtime:
         minutes, as many as make about READ_CELLS cells of the fleet's series (an hour at 1,600
         series, four minutes at 24,000: 1,000 targets of 24 series). Nothing before `first` (the
         oldest stored cell; None: nothing stored)."""
-        fine_from = int(time.time() - self.settings.retention.minute_rollups) - HOUR_SECONDS
+        fine_from = self.minutes_kept_from(time.time())
         fine: int | None = None
         for lo, hi in hour_pieces(start, end, first):
             if hi <= fine_from:
@@ -878,6 +878,13 @@ class Runtime:
                 upto = min(hi, at - at % fine + fine)
                 yield at, upto
                 at = upto
+
+    def minutes_kept_from(self, now_unix: float) -> int:
+        """From where the store may still hold minute cells at `now`: the minute retention, with
+        an hour's margin for a compaction not yet run. The long readers read a few minutes of a
+        large fleet at a time from here on (`read_spans`, the SLO ledger's fill), and before it
+        (compacted hours) an hour or a day at a time."""
+        return int(now_unix - self.settings.retention.minute_rollups) - HOUR_SECONDS
 
     def request_cells(self, start: int, end: int) -> Iterator[tuple[RequestKey, RequestCell]]:
         """The gateway's request cells lying wholly inside [start, end) (`read_requests`), read an
