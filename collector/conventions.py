@@ -174,6 +174,8 @@ SLO_ALERT_FIRING: Final = PREFIX + "slo_alert_firing"
 SLO_COUNTS_SAVED_THROUGH: Final = PREFIX + "slo_counts_saved_through_timestamp_seconds"
 SLO_LEDGER_FILL_SECONDS: Final = PREFIX + "slo_ledger_fill_seconds"
 SLO_LEDGER_FILL_ROWS: Final = PREFIX + "slo_ledger_fill_rollup_rows"
+SLO_LEDGER_RECOUNTING: Final = PREFIX + "slo_ledger_recounting_keys"
+SLO_LEDGER_RECOUNT_SECONDS: Final = PREFIX + "slo_ledger_recount_seconds"
 
 # cost model (collector/cost): dollar counters Prometheus can rate() and sum()
 COST_ALLOCATED_USD: Final = PREFIX + "cost_allocated_usd"  # counter: exposed with _total

@@ -11,6 +11,7 @@ import itertools
 import logging
 import math
 import ssl
+import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -66,7 +67,7 @@ from collector.rollup import (
     read_step,
 )
 from collector.slo import saved as saved_counts
-from collector.slo.alerts import AlertBook, deliver
+from collector.slo.alerts import AlertBook, deliver, held_by
 from collector.slo.evaluate import Events, PeriodCounter, SloStatus, evaluate, period_bounds
 from collector.slo.incidents import (
     MemoryReading,
@@ -249,6 +250,11 @@ class Runtime:
         self.slo_fill_seconds = 0.0
         self.slo_counts_saved_through: int | None = None  # the last save's end
         self._replace_saved_counts = False
+        # changed objectives counted again after the first pass (`recount`): its thread, what was
+        # stored of the minute live counting started in, and how long the last one took
+        self.recount_thread: threading.Thread | None = None
+        self._recount_start: tuple[Sequence[Row], Sequence[tuple[RequestKey, RequestCell]]] = ((), ())
+        self.slo_recount_seconds: float | None = None
         self.traces = TraceIngest(self)
         self.request_snapshot: dict[tuple[float, str, str], RequestSummary] = {}
         self.started = False
@@ -384,16 +390,22 @@ class Runtime:
             if self.cluster is not None:
                 self._sync_cluster(ledger)
             statuses = ledger.statuses(now_unix)
-            incidents = cache_alerts_from(self.rules, now_unix, ledger.cache, ledger.cache_sums)
+            pending, _ = ledger.save_state()
+            counted = [bt for bt in ledger.cache if "cache:" + bt not in pending]
+            incidents = cache_alerts_from(self.rules, now_unix, counted, ledger.cache_sums)
             self.save_slo_counts(now_unix)
+            if pending:
+                self.start_recount(now_unix)
         else:
+            pending = frozenset()
             statuses, incidents = self._evaluate_from_store(self.rules, now_unix)
         if self.drift is not None:
             incidents |= drift_alerts(self.rules, self.drift.latest, self.settings.drift.severity)
         # the alerts of this collector's own targets: sharded, each collector keeps its own
         local = target_alerts(self.rules, self.target_health(), now_unix)
         local |= memory_alerts(self.rules, self.memory_readings(now_unix), self.memory_high_since, now_unix)
-        self.alerts.apply(self.rules, statuses, now_unix, incidents=incidents, local=local)
+        # an objective (or cache) counted again keeps the alerts it had until its count is back
+        self.alerts.apply(self.rules, statuses, now_unix, incidents=incidents, local=local, hold=held_by(pending))
         self.slo_statuses = statuses
         return statuses
 
@@ -408,64 +420,68 @@ class Runtime:
         prices = sorted(self.inventory.deployments.items()) if self.inventory else None
         return saved_counts.fingerprints(self.rules, prices)
 
-    def _fill_ledger(self, ledger: SloLedger, now_unix: float) -> None:
+    def _fill_ledger(self, live: SloLedger, now_unix: float) -> None:
         """The ledger's first pass: the saved counts read back, and the stored rollups counted
         from where they end (all of the SLO period when there are none to use), into a ledger of
-        their own that the live one takes over once it is filled (`SloLedger.absorb`)."""
+        their own that the live one takes over once it is filled (`SloLedger.absorb`).
+
+        Keys whose definition changed since their counts were saved (`saved_counts.fingerprints`)
+        are left out of this fill when the other keys' saves can be used: those have their
+        status at once, and the changed ones are counted again from the whole period's rollups
+        after it, in the background (`recount`), with no status until then."""
         started = time.perf_counter()
-        live = ledger
         assert self.rules is not None and live.live_since is not None
-        ledger = SloLedger(self.rules, self.business_type_of, self.settings.retention.minute_rollups, self.cost_of)
-        ledger.live_since = live.live_since
-        ledger.start_rows, ledger.start_requests = live.start_rows, live.start_requests
         rows_read = [0]
-
-        def read_rows(lo: int, hi: int, period: int) -> list[Row]:
-            rows = self.store.read_rows(lo, hi, metrics=self.slo_metrics, period=period)
-            rows_read[0] += len(rows)
-            return rows
-
         resume: int | None = None
         judged_before: int | None = None  # the saved slices' end of judging (collector/slo/saved.py)
+        stale: set[str] = set()
+        saved: saved_counts.Saved | None = None
+        with_slices = False
         if self.saves_slo_counts:
             try:
                 saved = saved_counts.load(self.store, self.settings.cluster.name or "")
+                wanted = self._count_fingerprints()
+                stale = live.recount_group(saved_counts.changed(saved, wanted))
+                kept = {k: fp for k, fp in wanted.items() if k not in stale}
                 found = saved_counts.resume_from(
                     saved,
-                    self._count_fingerprints(),
+                    kept,
                     period_start(live.live_since),
-                    math.lcm(MINUTE_SECONDS, *ledger.slice_sizes()),
+                    math.lcm(MINUTE_SECONDS, *live.slice_sizes()),
                     int(self.settings.retention.minute_rollups),
                 )
-                if found is not None:
+                if found is None:
+                    stale = set()
+                    if saved.fingerprint:
+                        log.info("the saved SLO counts were counted for other rules: counting the stored rollups again")
+                else:
                     resume, with_slices = found
-                    ledger.restore(saved.rows, saved.exact, resume)
-                    if with_slices:  # the open slices as the save left them: their later part comes next
-                        ledger.add_published(saved.slices)
-                        judged_before = saved.through.get(saved_counts.JUDGED)
-                elif saved.fingerprint:
-                    log.info("the saved SLO counts were counted for other rules: counting the stored rollups again")
             except SQLAlchemyError as exc:
                 log.warning("could not read the saved SLO counts (%s): counting the stored rollups again", exc)
-                resume = None
-        # where minutes are kept, a few at a time at fleet size (read_spans' pieces: an hour of 300
-        # targets' SLO rows took the fill from 222 to 409 MiB)
-        step = read_step(self.store.series_count())
-        fine_from = self.minutes_kept_from(now_unix)
-        ledger.backfill(
-            read_rows,
-            lambda lo, hi, period: read_requests(self.store, lo, hi, period),
-            now_unix,
-            resume,
-            step,
-            fine_from,
-        )
+                resume, stale, saved = None, set(), None
+        ledger = self._filling_ledger(live, None if resume is None else set(live.count_keys()) - stale)
+        if resume is not None and saved is not None:
+            ledger.restore(saved.rows, saved.exact, resume)
+            if with_slices:  # the open slices as the save left them: their later part comes next
+                ledger.add_published(p for p in saved.slices if _slice_counted(ledger, p.key))
+                judged_before = saved.through.get(saved_counts.JUDGED)
+        self._backfill(ledger, now_unix, resume, rows_read)
         if judged_before is not None and resume is not None:
             ledger.drop_judged(resume, judged_before)
         self.slo_counts_resumed_from = resume
         self.slo_backfill_rows = rows_read[0]
         if resume is None:
             ledger.touch_all()  # the next save writes every count, in place of what was there
+        if stale:
+            # the stored part of the minute live counting started in: the recount's too
+            self._recount_start = (live.start_rows, live.start_requests)
+            with live.lock:
+                live.pending = set(stale)
+            log.info(
+                "SLO objectives changed since their counts were saved (%s): counting them again from the "
+                "stored rollups after the first pass; the others resume from their saved counts",
+                ", ".join(sorted(stale)),
+            )
         live.absorb(ledger)
         self._replace_saved_counts = resume is None
         self.slo_fill_seconds = time.perf_counter() - started
@@ -475,6 +491,73 @@ class Runtime:
             f"saved counts up to {time.strftime('%Y-%m-%d %H:%M', time.gmtime(resume))}" if resume else "nothing saved",
             rows_read[0],
         )
+
+    def _filling_ledger(self, live: SloLedger, only: Collection[str] | None) -> SloLedger:
+        """An empty ledger of the live one's rules (of its keys `only`), to be filled from the
+        store and absorbed."""
+        assert self.rules is not None
+        ledger = SloLedger(
+            self.rules, self.business_type_of, self.settings.retention.minute_rollups, self.cost_of, only=only
+        )
+        ledger.live_since = live.live_since
+        ledger.start_rows, ledger.start_requests = live.start_rows, live.start_requests
+        return ledger
+
+    def _backfill(self, ledger: SloLedger, now_unix: float, resume: int | None, rows_read: list[int]) -> None:
+        def read_rows(lo: int, hi: int, period: int) -> list[Row]:
+            rows = self.store.read_rows(lo, hi, metrics=self.slo_metrics, period=period)
+            rows_read[0] += len(rows)
+            return rows
+
+        # where minutes are kept, a few at a time at fleet size (read_spans' pieces: an hour of 300
+        # targets' SLO rows took the fill from 222 to 409 MiB)
+        ledger.backfill(
+            read_rows,
+            lambda lo, hi, period: read_requests(self.store, lo, hi, period),
+            now_unix,
+            resume,
+            read_step(self.store.series_count()),
+            self.minutes_kept_from(now_unix),
+        )
+
+    def recount(self, now_unix: float) -> None:
+        """Count the ledger's pending keys (changed objectives) again from the stored rollups of
+        the whole period, and hand them to the live ledger (blocking; the first pass starts it
+        in the background: `start_recount`). A failure leaves them pending for the next pass."""
+        live = self.ledger
+        if live is None:
+            return
+        keys, _ = live.save_state()
+        if not keys:
+            return
+        started = time.perf_counter()
+        ledger = self._filling_ledger(live, keys)
+        ledger.start_rows, ledger.start_requests = self._recount_start
+        rows_read = [0]
+        self._backfill(ledger, now_unix, None, rows_read)
+        live.absorb(ledger, recounted=True)
+        self._recount_start = ((), ())
+        self.slo_recount_seconds = time.perf_counter() - started
+        log.info(
+            "SLO objectives %s counted again in %.1f s from %d stored rollup rows",
+            ", ".join(sorted(keys)),
+            self.slo_recount_seconds,
+            rows_read[0],
+        )
+
+    def start_recount(self, now_unix: float) -> None:
+        """Run `recount` in a thread of its own, unless one runs: the SLO passes go on meanwhile."""
+        if self.recount_thread is not None and self.recount_thread.is_alive():
+            return
+
+        def run() -> None:
+            try:
+                self.recount(now_unix)
+            except Exception:
+                log.exception("counting the changed SLO objectives again failed; the next pass tries again")
+
+        self.recount_thread = threading.Thread(target=run, name="llmslo-slo-recount", daemon=True)
+        self.recount_thread.start()
 
     def save_slo_counts(self, now_unix: float) -> None:
         """Save the ledger's slots that closed since the last save (blocking; after a pass, and
@@ -486,7 +569,10 @@ class Runtime:
         # pass a slice still open, whose traffic so far only the ledger's memory holds
         ledger.close_slices(now_unix)
         through = min(period_start(now_unix - self.running.grace), ledger.closed_before)
-        rows = ledger.take_closed(through)
+        # changed objectives still being counted again are not saved (a restart counts them again
+        # too); once counted, their rows replace what their old definition saved
+        pending, fresh = ledger.save_state()
+        rows = ledger.take_closed(through, skip=pending)
         slices = ledger.settled_slices(through)
         keep_minutes = through - int(self.settings.retention.minute_rollups) - 2 * HOUR_SECONDS
         keep_hours = through - (max(c.hours.slots for c in ledger.count_keys().values()) + 1) * HOUR_SECONDS
@@ -502,7 +588,10 @@ class Runtime:
                 replace=self._replace_saved_counts,
                 owner=self.settings.cluster.name or "",
                 slices=slices,
+                skip=pending,
+                replace_keys=fresh,
             )
+            ledger.saved_fresh(fresh)
             self._replace_saved_counts = False
             self.slo_counts_saved_through = through
         except SQLAlchemyError as exc:
@@ -1092,3 +1181,11 @@ class Runtime:
     @staticmethod
     def now() -> float:
         return time.time()
+
+
+def _slice_counted(ledger: SloLedger, key: str) -> bool:
+    """Whether a saved open slice's part (slice:<slo>, cost:<seconds>) is one `ledger` counts."""
+    kind, _, name = key.partition(":")
+    if kind == "slice":
+        return name in ledger.slices
+    return kind == "cost" and name.isdigit() and int(name) in ledger.cost_open

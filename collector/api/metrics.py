@@ -240,6 +240,20 @@ class LlmsloCollector(Collector):
         )
         rows.add_metric([], float(rt.slo_backfill_rows))
         yield from (fill, rows)
+        recounting = GaugeMetricFamily(
+            conv.SLO_LEDGER_RECOUNTING,
+            "Objectives (and prefix-cache counts) whose definition changed since their counts were saved, "
+            "still being counted again from the stored rollups: no status or alert for them until then.",
+        )
+        recounting.add_metric([], float(len(rt.ledger.save_state()[0])))
+        yield recounting
+        if rt.slo_recount_seconds is not None:
+            recount = GaugeMetricFamily(
+                conv.SLO_LEDGER_RECOUNT_SECONDS,
+                "How long counting the changed objectives again from the stored rollups took.",
+            )
+            recount.add_metric([], rt.slo_recount_seconds)
+            yield recount
         if rt.slo_counts_saved_through is not None:
             through = GaugeMetricFamily(
                 conv.SLO_COUNTS_SAVED_THROUGH,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +23,7 @@ from sqlalchemy import select
 
 from collector.config import format_duration
 from collector.slo.evaluate import PairState, SloStatus
+from collector.slo.incidents import CACHE_COLLAPSE
 from collector.slo.spec import SloRules
 from collector.store.repository import Store, upsert
 from collector.store.tables import alert_history
@@ -98,6 +99,22 @@ def _iso(unix: float) -> str:
 
 def pair_label(ps: PairState) -> tuple[str, str]:
     return format_duration(ps.pair.long_seconds), format_duration(ps.pair.short_seconds)
+
+
+def held_by(recounting: Collection[str]) -> Callable[[dict[str, str]], bool] | None:
+    """Which alerts the SLO ledger's keys being counted again (`SloLedger.pending`: objectives,
+    cache:<business type>) cannot judge yet: their burn-rate alerts, and their business type's
+    prefix-cache collapse ticket. None: every alert can be judged."""
+    if not recounting:
+        return None
+    keys = frozenset(recounting)
+
+    def hold(labels: dict[str, str]) -> bool:
+        if labels.get("alertname") == CACHE_COLLAPSE:
+            return "cache:" + labels.get("business_type", "") in keys
+        return labels.get("slo") in keys
+
+    return hold
 
 
 def alert_for(rules: SloRules, st: SloStatus, ps: PairState) -> tuple[str, dict[str, str], dict[str, str]]:
@@ -192,10 +209,12 @@ class AlertBook:
         for_seconds: float = 0.0,
         incidents: dict[str, tuple[dict[str, str], dict[str, str]]] | None = None,
         local: dict[str, tuple[dict[str, str], dict[str, str]]] | None = None,
+        hold: Callable[[dict[str, str]], bool] | None = None,
     ) -> list[AlertInstance]:
         """Advance every instance to what the statuses (and the incident alerts, collector/slo/
         incidents.py: fleet-wide `incidents`, and the `local` ones of this collector's own
-        targets) say, for the owners this book acts for; persist; return the changed ones."""
+        targets) say, for the owners this book acts for; persist; return the changed ones.
+        `hold(labels)`: an instance these statuses cannot judge (`held_by`) stays as it is."""
         wanted: dict[str, tuple[dict[str, str], dict[str, str], str]] = {}
         if self.fleet_owner in self.owners:
             wanted = {fp: (*want, self.fleet_owner) for fp, want in (incidents or {}).items()}
@@ -226,7 +245,7 @@ class AlertBook:
                 if inst not in changed:
                     changed.append(inst)
         for fp, inst in self.instances.items():
-            if fp not in wanted and inst.state in ("pending", "firing"):
+            if fp not in wanted and inst.state in ("pending", "firing") and not (hold and hold(inst.labels)):
                 was_firing = inst.state == "firing"
                 inst.state, inst.ends_at_unix, inst.updated_unix = "resolved", now, now
                 inst.attempts, inst.next_attempt_unix = 0, 0.0

@@ -25,6 +25,7 @@ from collector.traces.rollup import RequestCell, RequestKey
 ERROR_REASONS = frozenset({"abort", "error"})
 NEEDS_TRACES = "needs trace ingestion (gateway spans)"
 NEEDS_COSTS = "needs the cost model"
+RECOUNTING = "its definition changed: counting its events again from the stored rollups"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,8 @@ from collector.rollup import MINUTE_SECONDS, Row, period_start
 from collector.slo.spec import SloRules
 from collector.sources.vllm import Kind
 
+CACHE_COLLAPSE = "LLMSLOPrefixCacheCollapse"
+
 Wanted = dict[str, tuple[dict[str, str], dict[str, str]]]
 
 
@@ -149,7 +151,7 @@ def cache_alerts_from(
         if reference > t.prefix_cache_min_ratio and ratio < t.prefix_cache_drop * reference:
             out |= _instance(
                 rules,
-                "LLMSLOPrefixCacheCollapse",
+                CACHE_COLLAPSE,
                 {"severity": "ticket", "business_type": bt},
                 {
                     "summary": f"{bt}: prefix-cache hit ratio collapsed",

@@ -27,7 +27,7 @@ import logging
 import threading
 from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -41,6 +41,7 @@ from collector.slo.evaluate import (
     NEEDS_COSTS,
     NEEDS_TRACES,
     NO_EVENTS,
+    RECOUNTING,
     BusinessTypeOf,
     Events,
     SloStatus,
@@ -253,7 +254,10 @@ class SloLedger:
         business_type_of: BusinessTypeOf,
         minute_retention_seconds: float,
         cost_of: CostOf | None = None,
+        only: Collection[str] | None = None,
     ) -> None:
+        """`only`: the saved-count keys (`count_keys`) this ledger counts, None all of them; a
+        ledger that fills part of another (`Runtime._fill_ledger`) has rings of the same size."""
         self.rules = rules
         self.cost_of = cost_of
         self.place = business_type_of
@@ -268,7 +272,7 @@ class SloLedger:
         self.slot = max(1, int(MINUTE_SECONDS * rules.window_scale)) if rules.window_scale < 1 else MINUTE_SECONDS
         if self.slot < MINUTE_SECONDS:
             retention = int(min(retention, max(windows_needed(rules)) + HOUR_SECONDS))
-        self.objectives = [o for bt in rules.business_types for o in bt.objectives]
+        self.objectives = [o for bt in rules.business_types for o in bt.objectives if only is None or o.slo in only]
         self.counts = {o.slo: Counts(retention, hour_slots, self.slot) for o in self.objectives}
         self.engine_objectives: dict[str, list[Objective]] = defaultdict(list)
         self.trace_objectives: dict[str, list[Objective]] = defaultdict(list)
@@ -285,7 +289,9 @@ class SloLedger:
         self.cost_open: dict[int, dict[int, CostInputs]] = {int(o.slice_seconds): {} for o in self.cost_objectives}
         # prefix-cache hits (good) and queried tokens (total) per business type: the collapse ticket
         self.cache: dict[str, Counts] = {
-            bt.name: Counts(retention, hour_slots, self.slot) for bt in rules.business_types
+            bt.name: Counts(retention, hour_slots, self.slot)
+            for bt in rules.business_types
+            if only is None or "cache:" + bt.name in only
         }
         # engine latency and error events of the live commits since this process started: the
         # llmslo_slo_*events_total counters. A sum of each server's own cumulative counts would drop
@@ -309,6 +315,11 @@ class SloLedger:
         self.closed_before = 0  # slices ending by this were judged: a late part of one is dropped
         self.late = 0  # published counts that came after their slice was judged
         self.unknown: set[str] = set()  # published keys these rules do not have
+        # keys whose saved counts were made for another definition, counted again from the stored
+        # rollups after the first pass (`Runtime.recount`): until then they have no status, are
+        # not saved and their slices are not judged; then `fresh` until a save replaced their rows
+        self.pending: set[str] = set()
+        self.fresh: set[str] = set()
 
     def share(self, settle_seconds: float) -> None:
         """Keep an outbox of the live commits' counts and judge slices `settle_seconds` late."""
@@ -420,23 +431,31 @@ class SloLedger:
         the minute it started in, which may be before live counting began (a request running
         across the collector's start, a gateway exporting late): until the backfill has run, those
         minutes are left to it (it reads them from the store, this commit included), or they would
-        count twice."""
+        count twice. The same holds for the objectives being counted again (`pending`)."""
         before = period_start(self.live_since) if self.live_since is not None else None
         with self.lock:
             if not self.ready and before is not None:
                 cells = [(k, c) for k, c in cells if k.start_unix >= before]
-        self.add_requests(cells, live=True)
+        self.add_requests(cells, live=True, recount_before=before if self.pending else None)
 
     def add_requests(
-        self, cells: Iterable[tuple[RequestKey, RequestCell]], period: int = MINUTE_SECONDS, live: bool = False
+        self,
+        cells: Iterable[tuple[RequestKey, RequestCell]],
+        period: int = MINUTE_SECONDS,
+        live: bool = False,
+        recount_before: int | None = None,
     ) -> None:
-        """Trace request cells, from the backfill or (through add_live_requests) as they commit."""
+        """Trace request cells, from the backfill or (through add_live_requests) as they commit;
+        `recount_before`: a pending objective's cells before it are left to its recount."""
         outbox = self.outbox if live else None
         with self.lock:
             for key, cell in cells:
                 if key.measured_at == SHADOW:
                     continue  # a shadow candidate's responses were not shown: no SLO counts them
+                early = recount_before is not None and key.start_unix < recount_before
                 for o in self.trace_objectives.get(key.business_type, ()):
+                    if early and o.slo in self.pending:
+                        continue
                     good = cell.jointly_good if o.sli == "goodput" else cell.good.get(o.slo, 0)
                     self.counts[o.slo].add(key.start_unix, period, float(good), float(cell.total))
                     if outbox is not None:
@@ -453,8 +472,8 @@ class SloLedger:
                 for minute in [m for m in self.recent if m < done_before - KEEP_RECENT_SECONDS]:
                     del self.recent[minute]
             for o in self.objectives:
-                if o.sli != "throughput" or o.min_tokens_per_second is None:
-                    continue
+                if o.sli != "throughput" or o.min_tokens_per_second is None or o.slo in self.pending:
+                    continue  # a pending objective's slices wait for the part its recount adds
                 size = int(o.slice_seconds)
                 open_slices = self.slices[o.slo]
                 for start in [s for s in open_slices if s + size <= done_before]:
@@ -465,6 +484,8 @@ class SloLedger:
             if self.cost_of is None:
                 return
             for size, open_costs in self.cost_open.items():
+                if size in self._pending_sizes():
+                    continue
                 for start in [s for s in open_costs if s + size <= done_before]:
                     costs = self.cost_of(open_costs.pop(start), start, start + size)
                     for o in self.cost_objectives:
@@ -507,14 +528,14 @@ class SloLedger:
     def _add_published_slice(self, kind: str, name: str, p: Published) -> None:
         if kind == "slice" and name in self.slices:
             objective = next(o for o in self.objectives if o.slo == name)
-            if p.start_unix + int(objective.slice_seconds) <= self.closed_before:
+            if p.start_unix + int(objective.slice_seconds) <= self.closed_before and name not in self.pending:
                 self.late += 1
                 return
             slot = self.slices[name].setdefault(p.start_unix, [0.0, 0.0])
             slot[0] += p.good
             slot[1] += p.total
         elif kind == "cost" and name.isdigit() and int(name) in self.cost_open and p.work is not None:
-            if p.start_unix + int(name) <= self.closed_before:
+            if p.start_unix + int(name) <= self.closed_before and int(name) not in self._pending_sizes():
                 self.late += 1
                 return
             inputs = self.cost_open[int(name)].setdefault(p.start_unix, CostInputs())
@@ -599,12 +620,14 @@ class SloLedger:
         """The slice lengths of the objectives judged per slice (throughput, cost ceiling)."""
         return sorted({int(o.slice_seconds) for o in self.objectives if o.sli in ("throughput", "cost_ceiling")})
 
-    def take_closed(self, through: int) -> list[tuple[str, int, int, float, float]]:
+    def take_closed(self, through: int, skip: Collection[str] = ()) -> list[tuple[str, int, int, float, float]]:
         """(key, period, start, good, total) of every slot changed since it was last taken that
-        ends by `through`: the minutes, and the hours, closed by then."""
+        ends by `through`: the minutes, and the hours, closed by then; not those of `skip`'s keys."""
         out: list[tuple[str, int, int, float, float]] = []
         with self.lock:
             for key, counts in self.count_keys().items():
+                if key in skip:
+                    continue
                 for ring, period in ((counts.minutes, MINUTE_SECONDS), (counts.hours, HOUR_SECONDS)):
                     out.extend((key, period, start, good, total) for start, good, total in ring.take_dirty(through))
         return out
@@ -685,9 +708,39 @@ class SloLedger:
     def touch_all(self) -> None:
         """Mark every slot that counts anything changed (the next save writes all of them)."""
         with self.lock:
-            for counts in self.count_keys().values():
-                for ring in (counts.minutes, counts.hours):
-                    ring.dirty.update(ring.held())
+            self._touch(self.count_keys())
+
+    def _touch(self, keys: Iterable[str]) -> None:
+        have = self.count_keys()
+        for key in keys:
+            for ring in (have[key].minutes, have[key].hours):
+                ring.dirty.update(ring.held())
+
+    # --- counting changed objectives again ---------------------------------------------------------
+
+    def recount_group(self, keys: Iterable[str]) -> set[str]:
+        """`keys` and what must be counted again with them: every cost ceiling of a slice length
+        one of them has (their slices share each target's cost inputs)."""
+        out = set(keys)
+        sizes = {int(o.slice_seconds) for o in self.cost_objectives if o.slo in out}
+        out.update(o.slo for o in self.cost_objectives if int(o.slice_seconds) in sizes)
+        return out
+
+    def _pending_sizes(self) -> set[int]:
+        """The cost slice lengths waiting for a recount (under the lock)."""
+        if not self.pending:
+            return set()
+        return {int(o.slice_seconds) for o in self.cost_objectives if o.slo in self.pending}
+
+    def save_state(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(pending, fresh) as they are now: what a save leaves out, and whose rows it replaces."""
+        with self.lock:
+            return frozenset(self.pending), frozenset(self.fresh)
+
+    def saved_fresh(self, keys: Iterable[str]) -> None:
+        """A save replaced these keys' rows."""
+        with self.lock:
+            self.fresh.difference_update(keys)
 
     def restore(self, rows: Iterable[tuple[str, int, int, float, float]], exact: dict[str, bool], before: int) -> None:
         """Fill the empty rings from saved counts (`rows` as `take_closed` gave them, `exact` per
@@ -712,13 +765,19 @@ class SloLedger:
                 counts.minutes.dirty.clear()
                 counts.hours.dirty.clear()
 
-    def absorb(self, filled: SloLedger) -> None:
-        """Take what `filled` counted from the store (a ledger of the same rules, given this
-        one's start rows) into this one, which has counted the live commits meanwhile, and be
-        ready. The first pass fills a ledger of its own and hands it over only once filled: a
-        fill that fails half way (the database gone) leaves nothing behind, and the next pass
-        fills afresh instead of counting twice what the failed one had read."""
+    def absorb(self, filled: SloLedger, recounted: bool = False) -> None:
+        """Take what `filled` counted from the store (a ledger of the same rules, or of some of
+        their keys, given this one's start rows) into this one, which has counted the live
+        commits meanwhile, and be ready. The first pass fills a ledger of its own and hands it
+        over only once filled: a fill that fails half way (the database gone) leaves nothing
+        behind, and the next pass fills afresh instead of counting twice what the failed one had
+        read. `recounted`: `filled` counted pending keys again; they are no longer pending, and
+        every slot of theirs is to be saved in place of what their old definition saved."""
         with self.lock, filled.lock:
+            if recounted:
+                keys = set(filled.count_keys())
+                self.pending -= keys
+                self.fresh |= keys
             mine = self.count_keys()
             for key, counts in filled.count_keys().items():
                 have = mine[key]
@@ -740,6 +799,8 @@ class SloLedger:
                         have_work.merge(work)
             self.start_rows, self.start_requests = (), ()
             self.ready = True
+            if recounted:
+                self._touch(keys)
 
     def _add_rows(self, rows: Iterable[Row], period: int) -> None:
         """Stored rows of `period`, added per target and period start (the backfill's)."""
@@ -777,9 +838,11 @@ class SloLedger:
         with self.lock:
             for o in self.objectives:
                 counts = self.counts[o.slo]
-                if o.sli == "cost_ceiling" and self.cost_of is None:
+                waiting = RECOUNTING if o.slo in self.pending else ""
+                if waiting or (o.sli == "cost_ceiling" and self.cost_of is None):
                     per_window = {w: NO_EVENTS for w in windows}
-                    out.append(make_status(rules, o, now_unix, per_window, NO_EVENTS, end - period_from, NEEDS_COSTS))
+                    reason = waiting or NEEDS_COSTS
+                    out.append(make_status(rules, o, now_unix, per_window, NO_EVENTS, end - period_from, reason))
                     continue
                 per_window = {w: counts.window(end - int(w), end) for w in windows}
                 period = counts.window(period_from, end)

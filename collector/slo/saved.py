@@ -22,8 +22,10 @@ than the minutes kept), the rollups are counted from the start of the longest sl
 What a saved count means is fixed when it is counted, as a Prometheus recording rule's output is:
 - an objective whose definition changed (its SLI, metric, threshold, source, slice, minimum rate,
   cost ceiling, or its business type's model patterns or the GPU prices) has a new fingerprint;
-  then, as for a new objective, every count is made again from the stored rollups, once (reading
-  them costs the same for one objective as for all);
+  then, as for a new objective, its counts are made again from the stored rollups of the whole
+  period, after the first pass and apart from it (`Runtime.recount`), while the other objectives
+  resume from their saved counts; until then it is not saved (`save`'s `skip`), and then its
+  rows are replaced (`replace_keys`);
 - a target added to the configuration, removed, or moved to another business type counts where
   it is from then on; its earlier events stay where they were counted.
 
@@ -39,7 +41,7 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import delete, insert, select
@@ -126,6 +128,11 @@ def load(store: Store, owner: str = "") -> Saved:
     return saved
 
 
+def changed(saved: Saved, wanted: dict[str, str]) -> set[str]:
+    """The keys whose saved counts cannot be used: none saved, or counted for another definition."""
+    return {k for k, fp in wanted.items() if saved.fingerprint.get(k) != fp}
+
+
 def resume_from(
     saved: Saved, wanted: dict[str, str], until: int, align: int, minute_retention: int
 ) -> tuple[int, bool] | None:
@@ -165,10 +172,15 @@ def save(
     replace: bool = False,
     owner: str = "",
     slices: Sequence[Published] | None = None,
+    skip: Collection[str] = (),
+    replace_keys: Collection[str] = (),
 ) -> None:
     """Write `owner`'s `rows` (upserted) and every key's fingerprint, exactness and `through`, in
     one transaction; forget minutes before `keep_minutes_from` and hours before `keep_hours_from`.
-    `replace`: the rows are every count (a full backfill): what the store held is dropped first.
+    `replace`: the rows are every count (a full backfill): what the store held is dropped first;
+    `replace_keys`: the same for these keys' rows alone (counted again after a change). `skip`:
+    keys whose counts are not complete yet (being counted again): what the store holds of them
+    stays as it is, fingerprint included, so that a restart counts them again.
     `slices`: the open slices' parts as of `through` (`SloLedger.settled_slices`), in place of
     the ones saved before; None: those saved before no longer match `through`."""
     keys = ledger.count_keys()
@@ -177,6 +189,8 @@ def save(
         if replace:
             conn.execute(delete(slo_counts).where(c.owner == owner))
             conn.execute(delete(slo_count_keys).where(k.owner == owner))
+        elif replace_keys:
+            conn.execute(delete(slo_counts).where(c.owner == owner, c.key.in_(sorted(replace_keys))))
         parts = (c.key.like("slice:%")) | (c.key.like("cost:%"))
         conn.execute(delete(slo_counts).where(c.owner == owner, parts))
         conn.execute(delete(slo_count_keys).where(k.owner == owner, k.key.in_((SLICES, JUDGED))))
@@ -227,7 +241,7 @@ def save(
                     "through_unix": through,
                 }
                 for key, counts in keys.items()
-                if key in wanted
+                if key in wanted and key not in skip
             ],
             ["owner", "key"],
             ["fingerprint", "exact", "through_unix"],

@@ -273,8 +273,14 @@ targets:
         wanted = ("llmslo_slo_ledger_fill_rollup_rows", "llmslo_slo_counts_saved_through_timestamp_seconds")
         return found if all(w in found for w in wanted) else None
 
+    def ttft_total(base: str) -> float:
+        return next(
+            s["period"]["total"] for s in httpx.get(f"{base}/api/v1/slos").json()["slos"] if s["slo"] == "chat-ttft"
+        )
+
     with llmslo_serve(config, port) as base:
         first = wait_for(lambda: fill_metrics(base), timeout=60)
+        counted = wait_for(lambda: ttft_total(base) or None, timeout=30)
     assert first["llmslo_slo_ledger_fill_rollup_rows"] >= stored * 0.9  # the whole period, counted once
     with llmslo_serve(config, port) as base:
         second = wait_for(lambda: fill_metrics(base), timeout=60)
@@ -288,5 +294,31 @@ targets:
         saved = load_saved(slos)
         assert set(saved.fingerprint) == {"chat-errors", "chat-ttft", "cache:chat"}
         assert {k for k, *_ in saved.rows} >= {"chat-errors", "chat-ttft"}
+    finally:
+        slos.close()
+
+    # the TTFT threshold changes: errors resume from the saved counts, ttft is counted again from
+    # the stored rollups in the background, then both have their status and are saved
+    rules = (tmp_path / "rules.yaml").read_text()
+    (tmp_path / "rules.yaml").write_text(rules.replace("threshold: 1s", "threshold: 2s"))
+
+    def recounted(base: str) -> tuple[dict[str, float], dict[str, object]] | None:
+        found = fill_metrics(base)
+        if found is None or "llmslo_slo_ledger_recount_seconds" not in found:
+            return None
+        total = ttft_total(base)
+        return (found, total) if total > 0 else None  # a pass after it
+
+    with llmslo_serve(config, port) as base:
+        third, recounted_total = wait_for(lambda: recounted(base), timeout=60)
+    assert third["llmslo_slo_ledger_fill_rollup_rows"] < stored / 20  # the errors objective resumed
+    assert third["llmslo_slo_ledger_recounting_keys"] == 0.0
+    # the day's requests (the threshold moves none of them), not the minutes since the start
+    assert recounted_total >= counted > 0, (recounted_total, counted)
+    slos = Store(f"sqlite:///{tmp_path / 'data' / 'llmslo.db'}")
+    try:
+        again = load_saved(slos)
+        assert again.fingerprint["chat-errors"] == saved.fingerprint["chat-errors"]
+        assert again.fingerprint["chat-ttft"] != saved.fingerprint["chat-ttft"]
     finally:
         slos.close()

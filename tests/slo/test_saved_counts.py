@@ -18,7 +18,7 @@ from sqlalchemy.exc import OperationalError
 from collector.rollup import MINUTE_SECONDS, period_start
 from collector.runtime import Runtime
 from collector.slo import saved as saved_counts
-from collector.slo.evaluate import period_bounds
+from collector.slo.evaluate import RECOUNTING, period_bounds
 from collector.slo.ledger import WORK_FIELDS, Ring
 from collector.store.repository import Store
 from collector.traces.store import ingest
@@ -142,51 +142,128 @@ def test_a_restart_reads_the_saved_counts_and_matches_a_collector_that_never_sto
     oracle.store.close()
 
 
-def test_a_changed_objective_is_counted_again_from_the_rollups(tmp_path: Path, db_url: str) -> None:
+def saved_rows_of(rt: Runtime, key: str) -> dict[tuple[int, int], tuple[float, float]]:
+    return {(p, s): (round(g, 6), round(t, 6)) for k, p, s, g, t in saved_counts.load(rt.store).rows if k == key}
+
+
+def test_a_changed_objective_is_counted_again_from_the_rollups_while_the_others_resume(
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three objectives change while the collector is down: chat's engine and gateway TTFT
+    thresholds, and the batch cost ceiling. The first pass resumes the five others from their
+    saved counts (a few minutes of rollups read) and gives them their status at once; the changed
+    ones have no status, keep the alert they had, and are counted again from the whole period's
+    rollups in the background (a late span of an earlier minute, committed meanwhile, is the
+    recount's to count). Then every status is what a re-read of the rollups gives, their saved
+    rows are replaced, and the next restart resumes all eight."""
     rng = random.Random(8)
     rt = collector(tmp_path, db_url)
     servers = {name: Server(rng, T0 - 30) for name in rt.scrapers}
-    restart = T0 + 2 * 3600 + 40
+    restart = T0 + 13200 + 40  # the 220th minute: in the middle of chat's incident
     for start in range(T0, restart, 600):
         end = min(start + 600, restart)
         feed([rt], rng, servers, start, end)
         rt.evaluate_slos(end - 1.0)
     rt.save_slo_counts(restart - 1.0)
+    page = [i for i in rt.alerts.active() if i.labels.get("slo") == "chat-ttft" and i.state == "firing"]
+    assert page, "the incident fires chat's TTFT alert before the restart"
+    # an hour the old definition counted and the new one does not (events the rollups lack)
+    with rt.store.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO llmslo_slo_counts (owner, key, period_seconds, start_unix, good, total) "
+            f"VALUES ('', 'chat-ttft', 3600, {T0 - 3600}, 1, 5)"
+        )
+    old_ttft = saved_rows_of(rt, "chat-ttft")
+    rt.compact(restart)
     rt.store.close()
-    # the chat TTFT threshold moves from 1 s to 2 s: what was counted against 1 s no longer holds
-    changed = RULES.replace("metric: ttft, threshold: 1s", "metric: ttft, threshold: 2s")
-    assert changed != RULES
-    rt = Runtime(settings(tmp_path, db_url))  # writes RULES; the changed rules replace them below
-    rt.store.close()
-    (tmp_path / "rules.yaml").write_text(changed)
+    # chat's TTFT threshold moves from 1 s to 2 s, the batch cost ceiling from 0.5 to 0.4 USD
+    changed = (
+        RULES.replace("metric: ttft, threshold: 1s", "metric: ttft, threshold: 2s")
+        .replace("threshold: 800ms", "threshold: 500ms")
+        .replace("max_usd_per_million_tokens: 0.5", "max_usd_per_million_tokens: 0.4")
+        .replace("min_tokens_per_second: 40", "min_tokens_per_second: 30")
+    )
+    assert changed.count("2s") == 1 and "0.4" in changed and "500ms" in changed and ": 30," in changed
+    rewritten = {"chat-ttft", "chat-gw-ttft", "batch-cost", "batch-throughput"}
 
     def restarted(at: int) -> Runtime:
-        cfg = settings(tmp_path, db_url)
+        cfg = settings(tmp_path, db_url)  # writes RULES; the changed rules replace them
         (tmp_path / "rules.yaml").write_text(changed)
         r = Runtime(cfg)
+        r.alerts.load()
         r.begin_live_counting(at)
         for scraper in r.scrapers.values():
             asyncio.run(scraper.load())
         return r
 
     rt = restarted(restart)
+    assert rt.rules is not None and rt.ledger is not None
     feed([rt], rng, servers, restart, restart + 300)
-    assert rt.rules is not None
     now = restart + 299.0
-    got = rt.evaluate_slos(now)
+    asked: list[float] = []
+    with monkeypatch.context() as m:
+        m.setattr(rt, "start_recount", asked.append)
+        got = {s.objective.slo: s for s in rt.evaluate_slos(now)}
+    assert asked == [now] and rt.recount_thread is None
     want, _ = rt._evaluate_from_store(rt.rules, now)  # counted from the rollups, as a re-read does
-    assert comparable(got) == comparable(want)
-    assert rt.slo_counts_resumed_from is None
-    assert rt.slo_backfill_rows >= rows_of_the_period(rt, now) * 0.9
-    # that pass saved every count afresh for the new rules: the next restart resumes from them
+    for slo in rewritten:  # no status until counted again; the firing page is kept as it was
+        assert got[slo].no_data_reason == RECOUNTING and got[slo].budget_remaining is None
+    kept = [s for s in want if s.objective.slo not in rewritten]
+    assert comparable([got[s.objective.slo] for s in kept]) == comparable(kept)
+    assert sum(1 for s in kept if s.period.events.total > 0) >= 4
+    assert rt.slo_counts_resumed_from is not None  # the others resumed: a few minutes read, not the period
+    assert rt.slo_backfill_rows < rows_of_the_period(rt, now) / 4
+    assert [i.fingerprint for i in rt.alerts.active() if i.state == "firing" and i.labels["slo"] == "chat-ttft"] == [
+        i.fingerprint for i in page
+    ]
+    assert saved_rows_of(rt, "chat-ttft") == old_ttft  # not saved while counted again
+    # a later pass, the recount still running: the slices open at the start (the 30-minute cost
+    # slice, 5-minute throughput slices) have ended, and wait for the part the recount brings
+    feed([rt], rng, servers, restart + 300, restart + 1200)
+    now = restart + 1199.0
+    with monkeypatch.context() as m:
+        m.setattr(rt, "start_recount", asked.append)
+        got = {s.objective.slo: s for s in rt.evaluate_slos(now)}
+    assert all(got[slo].no_data_reason == RECOUNTING for slo in rewritten)
+    assert [i.fingerprint for i in rt.alerts.active() if i.state == "firing" and i.labels["slo"] == "chat-ttft"] == [
+        i.fingerprint for i in page
+    ]
+    # spans of minutes before the start, exported late: live for the others, the recount's for these
+    late = spans(random.Random(1), restart - 900, 30, 10**9)
+    ingest(rt.store, late, rt.traces.targets_of(), rt.ledger.add_live_requests)
+    rt.start_recount(now)
+    recount = rt.recount_thread
+    assert recount is not None
+    recount.join(timeout=120)
+    assert not recount.is_alive() and not rt.ledger.pending and rt.slo_recount_seconds is not None
+
+    feed([rt], rng, servers, restart + 1200, restart + 1320)
+    now = restart + 1319.0
+    got_all = rt.evaluate_slos(now)
+    want, _ = rt._evaluate_from_store(rt.rules, now)
+    assert comparable(got_all) == comparable(want)
+    assert {s.objective.slo for s in got_all if s.period.events.total > 0} >= rewritten
+    # the page's episode went on through the recount (it ends only once its status says so)
+    firing = {i.fingerprint: i for i in rt.alerts.active() if i.state == "firing"}
+    assert all(firing[p.fingerprint].starts_at_unix == p.starts_at_unix for p in page if p.fingerprint in firing)
+    # that pass replaced the changed keys' rows: they are the new definition's counts
+    new_ttft = saved_rows_of(rt, "chat-ttft")
+    assert new_ttft and new_ttft != old_ttft and (3600, T0 - 3600) not in new_ttft
+    assert sum(g for (p, _), (g, _) in new_ttft.items() if p == 3600) > sum(
+        g for (p, _), (g, _) in old_ttft.items() if p == 3600
+    )  # more requests under 2 s than under 1 s
+    fingerprints = saved_counts.load(rt.store).fingerprint
+    assert all(fingerprints[k] == fp for k, fp in rt._count_fingerprints().items())
+
+    # the next restart resumes every objective from the saved counts, and agrees with a re-read
     rt.store.close()
-    rt = restarted(restart + 330)
-    feed([rt], rng, servers, restart + 330, restart + 600)
-    now = restart + 599.0
-    got = rt.evaluate_slos(now)
+    rt = restarted(restart + 1350)
+    feed([rt], rng, servers, restart + 1350, restart + 1500)
+    now = restart + 1499.0
+    got_all = rt.evaluate_slos(now)
     want, _ = rt._evaluate_from_store(rt.rules, now)  # type: ignore[arg-type]
-    assert comparable(got) == comparable(want)
-    assert rt.slo_counts_resumed_from is not None
+    assert comparable(got_all) == comparable(want)
+    assert rt.slo_counts_resumed_from is not None and rt.recount_thread is None
     rt.store.close()
 
 
