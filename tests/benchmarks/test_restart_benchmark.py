@@ -5,7 +5,11 @@ the same N loopback vLLM targets at 15 s (LLMSLO_RESTART_TARGETS, 1,000) with th
 The first start has no saved SLO counts: its ledger counts every stored rollup of the SLO period,
 as every start did before session 28 (the baseline). It is stopped (SIGTERM: it saves what closed
 since its last pass) and started again: the second start reads back the counts it saved and
-counts only the rollups stored since (collector/slo/saved.py). For each start, over its first
+counts only the rollups stored since (collector/slo/saved.py). Stopped again, it starts a third
+time with chat's TTFT threshold changed (1 s to 1.5 s): the other objectives resume from their
+saved counts, and that one is counted again from the whole period's rollups in the background
+(`llmslo_slo_ledger_recount_seconds`, polled too); before session 32 such a change recounted
+every objective, as the first start does. For each start, over its first
 LLMSLO_RESTART_SECONDS (240): when the SLO status was back (`llmslo_slo_ledger_fill_seconds`
 appears on /metrics, polled every second from the process' start, however long after those
 seconds it comes), the fill's time and the rollup rows it counted, the scrapes done, failed and
@@ -61,6 +65,7 @@ class Start:
     skipped: float
     cpu: float
     drift: str  # the first drift reference build, as its log line tells it
+    recount: float = float("nan")  # seconds from the start until the changed objective was counted again
 
 
 def fill_metrics(base: str) -> dict[str, float] | None:
@@ -73,13 +78,19 @@ def fill_metrics(base: str) -> dict[str, float] | None:
     except httpx.TransportError:
         return None
     for line in text.splitlines():
-        if line.startswith(("llmslo_slo_ledger_fill_seconds ", "llmslo_slo_ledger_fill_rollup_rows ")):
+        if line.startswith(
+            (
+                "llmslo_slo_ledger_fill_seconds ",
+                "llmslo_slo_ledger_fill_rollup_rows ",
+                "llmslo_slo_ledger_recount_seconds ",
+            )
+        ):
             name, value = line.split()
             found[name] = float(value)
-    return found if len(found) == 2 else None
+    return found if "llmslo_slo_ledger_fill_rollup_rows" in found else None
 
 
-def start_once(config: Path, tmp_path: Path, port: int, seconds: float, label: str) -> Start:
+def start_once(config: Path, tmp_path: Path, port: int, seconds: float, label: str, recount: bool = False) -> Start:
     base = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "collector.cli", "serve", "--config", str(config)]
     started = time.monotonic()
@@ -88,17 +99,26 @@ def start_once(config: Path, tmp_path: Path, port: int, seconds: float, label: s
         fill_found: dict[str, float] | None = None
         status_back = float("nan")
         measured: tuple[float, float, float, float] | None = None
-        # the scrapes and CPU of the first `seconds`; then on until the ledger is filled
-        while measured is None or (fill_found is None and time.monotonic() - started < MAX_WAIT_SECONDS):
-            if fill_found is None:
-                fill_found = fill_metrics(base)
-                if fill_found is not None:
-                    status_back = time.monotonic() - started
+        recounted = float("nan") if recount else 0.0
+
+        def waiting() -> bool:
+            return fill_found is None or recounted != recounted  # NaN: the recount still running
+
+        # the scrapes and CPU of the first `seconds`; then on until the ledger is filled (and the
+        # changed objective counted again)
+        while measured is None or (waiting() and time.monotonic() - started < MAX_WAIT_SECONDS):
+            if waiting():
+                found = fill_metrics(base)
+                if found is not None and fill_found is None:
+                    fill_found, status_back = found, time.monotonic() - started
+                if found is not None and "llmslo_slo_ledger_recount_seconds" in found and recount:
+                    recounted = time.monotonic() - started
             if measured is None and time.monotonic() - started >= seconds:
                 done, failed = llmslo_scrapes(base)
                 measured = (done, failed, skipped_slots(base), cpu_seconds(proc.pid))
             time.sleep(1.0)
     assert fill_found is not None, f"the SLO ledger was not filled within {MAX_WAIT_SECONDS:.0f} s"
+    assert recounted == recounted, f"the changed objective was not counted again within {MAX_WAIT_SECONDS:.0f} s"
     done, failed, skipped, cpu = measured
     built = re.search(r"drift reference rebuilt over .* in ([\d.]+ s \(.*\))", (tmp_path / f"{label}.log").read_text())
     return Start(
@@ -110,6 +130,7 @@ def start_once(config: Path, tmp_path: Path, port: int, seconds: float, label: s
         skipped,
         cpu,
         built.group(1) if built else "not within the run",
+        recounted,
     )
 
 
@@ -125,7 +146,7 @@ def test_a_restart_on_days_of_fleet_history(tmp_path: Path) -> None:
                 {
                     "data_dir": str(tmp_path),
                     "server": {"host": "127.0.0.1", "port": api_port},
-                    "rules": str(ROOT / "rules"),
+                    "rules": str(tmp_path / "rules.yaml"),
                     # not the weekly report's catch-up: a start past its time (Monday 08:00) with
                     # last week's report missing builds it, reading a day of the fleet's minutes
                     # per query beside the two starts' work (in session 29, at 1,000 targets, the
@@ -142,6 +163,8 @@ def test_a_restart_on_days_of_fleet_history(tmp_path: Path) -> None:
                 }
             )
         )
+        shipped = (ROOT / "rules" / "default.yaml").read_text()
+        (tmp_path / "rules.yaml").write_text(shipped)
         t0 = time.perf_counter()
         rt = Runtime(load_settings(config))
         stored = fill(rt, days, time.time() - 60, {*SLO_SERIES, *DRIFT_METRICS})  # the history, as serve leaves it
@@ -150,17 +173,29 @@ def test_a_restart_on_days_of_fleet_history(tmp_path: Path) -> None:
               f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
         first = start_once(config, tmp_path, api_port, seconds, "first")
         again = start_once(config, tmp_path, api_port, seconds, "again")
+        changed = shipped.replace("metric: ttft, threshold: 1s,", "metric: ttft, threshold: 1.5s,", 1)
+        assert changed != shipped
+        (tmp_path / "rules.yaml").write_text(changed)
+        third = start_once(config, tmp_path, api_port, seconds, "changed", recount=True)
     slots = n * seconds / 15
     print(f"  over each start's first {seconds:.0f} s (~{slots:.0f} scrape slots):")
-    for label, s in (("first start (every stored rollup counted)", first), ("restart (saved counts)", again)):
+    starts = (
+        ("first start (every stored rollup counted)", first),
+        ("restart (saved counts)", again),
+        ("restart, chat TTFT threshold changed", third),
+    )
+    for label, s in starts:
         print(
             f"  {label}: SLO status back after {s.status_back:.1f} s (fill {s.fill_seconds:.1f} s, "
             f"{s.fill_rows:.0f} rollup rows); scrapes {s.scrapes:.0f} done, {s.failed:.0f} failed, "
             f"{s.skipped:.0f} slots skipped; CPU {s.cpu:.1f} s; first drift reference built in {s.drift}"
+            + (f"; the changed objective counted again {s.recount:.1f} s after the start" if s.recount else "")
         )
     print(
         f"  ratio first start / restart: SLO status back {first.status_back / again.status_back:.1f}x, "
-        f"CPU {first.cpu / again.cpu:.2f}x"
+        f"CPU {first.cpu / again.cpu:.2f}x; first start / changed restart: the unchanged objectives' "
+        f"status back {first.status_back / third.status_back:.1f}x"
     )
     assert again.fill_rows < first.fill_rows / 10
     assert again.status_back < first.status_back
+    assert third.fill_rows < first.fill_rows / 10 and third.status_back < first.status_back
