@@ -465,7 +465,8 @@ class Runtime:
             if with_slices:  # the open slices as the save left them: their later part comes next
                 ledger.add_published(p for p in saved.slices if _slice_counted(ledger, p.key))
                 judged_before = saved.through.get(saved_counts.JUDGED)
-        self._backfill(ledger, now_unix, resume, rows_read)
+        with self.store.history_fill():
+            self._backfill(ledger, now_unix, resume, rows_read)
         if judged_before is not None and resume is not None:
             ledger.drop_judged(resume, judged_before)
         self.slo_counts_resumed_from = resume
@@ -534,7 +535,8 @@ class Runtime:
         ledger = self._filling_ledger(live, keys)
         ledger.start_rows, ledger.start_requests = self._recount_start
         rows_read = [0]
-        self._backfill(ledger, now_unix, None, rows_read)
+        with self.store.history_fill():
+            self._backfill(ledger, now_unix, None, rows_read)
         live.absorb(ledger, recounted=True)
         self._recount_start = ((), ())
         self.slo_recount_seconds = time.perf_counter() - started
@@ -1169,10 +1171,17 @@ class Runtime:
         return report.by(group_by)
 
     def compact(self, now_unix: float) -> tuple[int, int]:
+        """Merge the minutes past their retention into hours and expire what is past its own
+        (engine rollups, request rollups, span ids); put off while the SLO ledger's fill reads
+        history (`Store.compaction`): (0, 0) then."""
         r = self.settings.retention
         expire_span_ids(self.store, now_unix - self.settings.traces.dedupe_horizon)
-        compact_requests(self.store, now_unix, r.minute_rollups, r.hour_rollups)
-        return self.store.compact(now_unix, r.minute_rollups, r.hour_rollups)
+        with self.store.compaction() as free:
+            if not free:
+                log.info("compaction put off while the SLO ledger counts the stored rollups: it runs next interval")
+                return 0, 0
+            compact_requests(self.store, now_unix, r.minute_rollups, r.hour_rollups)
+            return self.store.compact(now_unix, r.minute_rollups, r.hour_rollups)
 
     async def scrape_all_once(self) -> None:
         """Scrape every target concurrently (used by tests and `llmslo scrape`)."""

@@ -12,8 +12,10 @@ import itertools
 import json
 import logging
 import math
+import threading
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,6 +134,58 @@ class Store:
         # changed or deleted, nor a target renamed; decoding labels and bounds, and selecting
         # these columns with every row, were most of a one-minute read at a thousand targets
         self._series: dict[int, tuple[str, SeriesIdent, str]] = {}
+        # the fills reading history in two passes that compaction must not come between
+        # (`history_fill`, `compaction`): how many run in this process, and the lock both take
+        self._fills = 0
+        self._fill_lock = threading.Lock()
+
+    @contextmanager
+    def history_fill(self) -> Iterator[None]:
+        """Hold compaction off while a reader counts a stretch of history in two passes, its hour
+        cells and then its minutes (the SLO ledger's fill): a compaction between them would merge
+        an hour of minutes into an hour cell behind the first pass and out of the second's reach.
+        Waits for a compaction running in this process; on PostgreSQL also holds off the other
+        collectors' (a shared advisory lock for the fill's length, on a connection of its own)."""
+        with self._fill_lock:
+            self._fills += 1
+        conn = None
+        try:
+            if self.engine.dialect.name == "postgresql":
+                conn = self.engine.connect()
+                conn.execute(text("SELECT pg_advisory_lock_shared(:k)"), {"k": FILL_LOCK})
+                conn.commit()
+            yield
+        finally:
+            with self._fill_lock:
+                self._fills -= 1
+            if conn is not None:
+                try:
+                    conn.execute(text("SELECT pg_advisory_unlock_shared(:k)"), {"k": FILL_LOCK})
+                    conn.commit()
+                finally:
+                    conn.close()
+
+    @contextmanager
+    def compaction(self) -> Iterator[bool]:
+        """Whether a compaction may run now (no `history_fill` under way, here or, on PostgreSQL,
+        in another collector), held for the `with` block: a fill that starts meanwhile waits for
+        it. A compaction put off runs at the next interval; the minutes wait in the store."""
+        with self._fill_lock:
+            if self._fills:
+                yield False
+                return
+            if self.engine.dialect.name != "postgresql":
+                yield True
+                return
+            with self.engine.connect() as conn:
+                free = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": FILL_LOCK}).scalar())
+                conn.commit()
+                try:
+                    yield free
+                finally:
+                    if free:
+                        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": FILL_LOCK})
+                        conn.commit()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -474,6 +528,7 @@ PERIODS = (MINUTE_SECONDS, HOUR_SECONDS)  # the only periods rollups are stored 
 # the elected evaluator of sharded collectors 7_211_534: collector/cluster.py)
 COMPACT_LOCK = 7_211_535  # one compaction at a time: two would both merge the same minutes into hours
 REQUEST_MINUTE_LOCK = 7_211_536  # with a minute: one read-merge-write of its request rollups at a time
+FILL_LOCK = 7_211_537  # shared by the history fills, taken (tried) by compaction: `Store.history_fill`
 
 
 def hold_for_transaction(conn: Connection, key: int, sub: int | None = None) -> None:

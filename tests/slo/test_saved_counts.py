@@ -351,6 +351,51 @@ def test_a_fill_that_fails_half_way_leaves_nothing_behind(tmp_path: Path, with_s
     oracle.store.close()
 
 
+@pytest.mark.parametrize("with_saved", [False, True])
+def test_compaction_waits_for_the_fill_that_reads_the_hours_it_would_merge(
+    tmp_path: Path, db_url: str, with_saved: bool
+) -> None:
+    """The collector was down long enough for its oldest minutes to be due for compaction. The
+    first pass' fill reads the hour cells, then the minutes: a compaction between the two (the
+    compaction job runs 30 s after the start) would merge an hour of minutes into an hour cell
+    behind the first read and out of the second's reach, and the ledger would lose that hour for
+    good (its saved counts then too). Compaction is put off while a fill reads, and runs after."""
+    rng = random.Random(12)
+    rt = collector(tmp_path, db_url)
+    servers = {name: Server(rng, T0 - 30) for name in rt.scrapers}
+    stop = T0 + 3 * 3600 + 10
+    for start in range(T0, stop, 600):
+        end = min(start + 600, stop)
+        feed([rt], rng, servers, start, end)
+        rt.evaluate_slos(end - 1.0)
+    if not with_saved:  # the whole period is counted
+        with rt.store.engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM llmslo_slo_count_keys")
+    rt.store.close()
+    feed([], rng, servers, stop, stop + 5400)  # 90 minutes down: the first hours are due
+    restart = stop + 5400 + 20
+    rt = collector(tmp_path, db_url, live_from=restart)
+    real, compacted = rt.store.read_rows, []
+
+    def compacting(lo: int, hi: int, metrics: object = None, period: int | None = None):  # type: ignore[no-untyped-def]
+        if period == MINUTE_SECONDS and not compacted:  # the hour cells read: the compaction job's turn
+            compacted.append(rt.compact(restart + 30))
+        return real(lo, hi, metrics=metrics, period=period)
+
+    rt.store.read_rows = compacting  # type: ignore[method-assign]
+    feed([rt], rng, servers, restart, restart + 120)
+    now = restart + 119.0
+    got = rt.evaluate_slos(now)
+    rt.store.read_rows = real  # type: ignore[method-assign]
+    assert compacted == [(0, 0)]  # put off
+    assert rt.rules is not None
+    want, _ = rt._evaluate_from_store(rt.rules, now)  # what is stored, read at once
+    assert comparable(got) == comparable(want)
+    minutes, _ = rt.compact(restart + 150)  # after the fill it runs
+    assert minutes > 0
+    rt.store.close()
+
+
 def test_a_ring_absorbs_another_as_adding_each_of_its_slots_would() -> None:
     """Ring.absorb (arrays added where both rings reach) against adding the other ring's slots
     one by one, for rings that are empty, behind, level or ahead, and a slot number wrapped."""

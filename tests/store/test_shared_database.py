@@ -97,3 +97,39 @@ def test_compactions_take_turns(pg_url: str) -> None:
         assert sum(c.total for _, c in hours) == 600  # merged once, not twice
     finally:
         store.close()
+
+
+def test_a_history_fill_holds_off_compaction_here_and_in_the_other_collectors(db_url: str) -> None:
+    """While a fill reads (`Store.history_fill`) no compaction may start: not in its process, nor
+    (PostgreSQL) in another collector's; one started before it is waited for by the fill."""
+    store, other = Store(db_url), Store(db_url)
+    shared = db_url.startswith("postgresql")
+    try:
+        with store.history_fill():
+            with store.compaction() as free:
+                assert not free
+            with other.compaction() as free:
+                assert free is not shared  # SQLite: one collector per database file
+        for s in (store, other):
+            with s.compaction() as free:
+                assert free
+        # a compaction under way: a fill starting meanwhile waits until it is done
+        entered = threading.Event()
+
+        def fill() -> None:
+            with store.history_fill():
+                entered.set()
+
+        with store.compaction() as free:
+            assert free
+            filling = threading.Thread(target=fill)
+            filling.start()
+            time.sleep(0.5)
+            assert not entered.is_set()
+        filling.join(timeout=10)
+        assert entered.is_set()
+        with other.compaction() as free:
+            assert free  # the fill's lock is given back
+    finally:
+        store.close()
+        other.close()
