@@ -7,6 +7,7 @@ The scheduler and the API both talk to this object; the work itself lives in pla
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import math
@@ -955,20 +956,27 @@ class Runtime:
         store keeps minutes (the minute-rollup retention to now, with an hour's margin) every few
         minutes, as many as make about READ_CELLS cells of the fleet's series (an hour at 1,600
         series, four minutes at 24,000: 1,000 targets of 24 series). Nothing before `first` (the
-        oldest stored cell; None: nothing stored)."""
+        oldest stored cell; None: nothing stored).
+
+        A piece shorter than an hour is one read of several within its hour: compaction, which
+        would merge the rest of that hour's minutes into a cell starting before the next piece, is
+        put off until the reader is done with the pieces (`Store.history_fill`)."""
         fine_from = self.minutes_kept_from(time.time())
-        fine: int | None = None
-        for lo, hi in hour_pieces(start, end, first):
-            if hi <= fine_from:
-                yield lo, hi
-                continue
-            if fine is None:
-                fine = read_step(self.store.series_count())
-            at = lo
-            while at < hi:
-                upto = min(hi, at - at % fine + fine)
-                yield at, upto
-                at = upto
+        pieces = iter(hour_pieces(start, end, first))
+        for lo, hi in pieces:
+            if hi > fine_from:
+                break
+            yield lo, hi
+        else:
+            return
+        fine = read_step(self.store.series_count())
+        with self.store.history_fill() if fine < HOUR_SECONDS else contextlib.nullcontext():
+            for a, b in itertools.chain([(lo, hi)], pieces):
+                at = a
+                while at < b:
+                    upto = min(b, at - at % fine + fine)
+                    yield at, upto
+                    at = upto
 
     def minutes_kept_from(self, now_unix: float) -> int:
         """From where the store may still hold minute cells at `now`: the minute retention, with

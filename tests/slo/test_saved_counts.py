@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from collector.rollup import MINUTE_SECONDS, period_start
+from collector.rollup import MINUTE_SECONDS, Row, period_start
 from collector.runtime import Runtime
 from collector.slo import saved as saved_counts
 from collector.slo.evaluate import RECOUNTING, period_bounds
@@ -393,6 +393,35 @@ def test_compaction_waits_for_the_fill_that_reads_the_hours_it_would_merge(
     assert comparable(got) == comparable(want)
     minutes, _ = rt.compact(restart + 150)  # after the fill it runs
     assert minutes > 0
+    rt.store.close()
+
+
+def test_a_long_read_in_pieces_holds_compaction_off_until_it_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The long readers (the report, cost, compare: `Runtime.read_spans`) read a large fleet's
+    minutes a few at a time: a compaction while one is inside an hour due for it would take the
+    rest of that hour's minutes away (its hour cell starts before the next piece). It is put off
+    until the read is done."""
+    rng = random.Random(3)
+    rt = collector(tmp_path, f"sqlite:///{tmp_path / 'llmslo.db'}")
+    servers = {name: Server(rng, T0 - 30) for name in rt.scrapers}
+    feed([rt], rng, servers, T0, T0 + 5 * 3600)
+    monkeypatch.setattr(rt.store, "series_count", lambda: 24_000)  # 1,000 targets: 4-minute pieces
+
+    def requests(rows: list[Row]) -> float:
+        return sum(r.cell.cell.value for r in rows if r.cell.ident.key.metric == "request_success")
+
+    whole = requests(rt.store.read_rows(T0, T0 + 5 * 3600))
+    read, compactions = 0.0, []
+    for i, rows in enumerate(rt.read_pieces(T0, T0 + 5 * 3600)):
+        if i == 1:  # inside the first hour, which the compaction below is due to merge
+            compactions.append(rt.compact(T0 + 5 * 3600 + 60))
+        read += requests(rows)
+    assert compactions == [(0, 0)] and whole > 0 and round(read, 6) == round(whole, 6)
+    minutes, _ = rt.compact(T0 + 5 * 3600 + 60)  # the read done, it runs
+    assert minutes > 0
+    assert round(requests(rt.store.read_rows(T0, T0 + 5 * 3600)), 6) == round(whole, 6)
     rt.store.close()
 
 
