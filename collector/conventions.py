@@ -176,6 +176,7 @@ SLO_LEDGER_FILL_SECONDS: Final = PREFIX + "slo_ledger_fill_seconds"
 SLO_LEDGER_FILL_ROWS: Final = PREFIX + "slo_ledger_fill_rollup_rows"
 SLO_LEDGER_RECOUNTING: Final = PREFIX + "slo_ledger_recounting_keys"
 SLO_LEDGER_RECOUNT_SECONDS: Final = PREFIX + "slo_ledger_recount_seconds"
+SLO_LEDGER_RECOUNT_ROWS: Final = PREFIX + "slo_ledger_recount_rollup_rows"
 
 # cost model (collector/cost): dollar counters Prometheus can rate() and sum()
 COST_ALLOCATED_USD: Final = PREFIX + "cost_allocated_usd"  # counter: exposed with _total

@@ -256,6 +256,7 @@ class Runtime:
         self.recount_thread: threading.Thread | None = None
         self._recount_start: tuple[Sequence[Row], Sequence[tuple[RequestKey, RequestCell]]] = ((), ())
         self.slo_recount_seconds: float | None = None
+        self.slo_recount_rows = 0
         self.traces = TraceIngest(self)
         self.request_snapshot: dict[tuple[float, str, str], RequestSummary] = {}
         self.started = False
@@ -505,9 +506,20 @@ class Runtime:
         ledger.start_rows, ledger.start_requests = live.start_rows, live.start_requests
         return ledger
 
-    def _backfill(self, ledger: SloLedger, now_unix: float, resume: int | None, rows_read: list[int]) -> None:
+    def _backfill(
+        self,
+        ledger: SloLedger,
+        now_unix: float,
+        resume: int | None,
+        rows_read: list[int],
+        metrics: Sequence[str] | None = None,
+    ) -> None:
+        """Fill `ledger` from the store (`SloLedger.backfill`), reading `metrics`' rollups (the
+        SLO series by default)."""
+        chosen = self.slo_metrics if metrics is None else metrics
+
         def read_rows(lo: int, hi: int, period: int) -> list[Row]:
-            rows = self.store.read_rows(lo, hi, metrics=self.slo_metrics, period=period)
+            rows = self.store.read_rows(lo, hi, metrics=chosen, period=period)
             rows_read[0] += len(rows)
             return rows
 
@@ -536,11 +548,14 @@ class Runtime:
         ledger = self._filling_ledger(live, keys)
         ledger.start_rows, ledger.start_requests = self._recount_start
         rows_read = [0]
+        # the changed objectives' own series: a TTFT threshold reads the TTFT histograms alone
+        metrics = sorted(ledger.engine_metrics() & {*self.slo_metrics})
         with self.store.history_fill():
-            self._backfill(ledger, now_unix, None, rows_read)
+            self._backfill(ledger, now_unix, None, rows_read, metrics)
         live.absorb(ledger, recounted=True)
         self._recount_start = ((), ())
         self.slo_recount_seconds = time.perf_counter() - started
+        self.slo_recount_rows = rows_read[0]
         log.info(
             "SLO objectives %s counted again in %.1f s from %d stored rollup rows",
             ", ".join(sorted(keys)),

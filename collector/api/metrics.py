@@ -253,7 +253,12 @@ class LlmsloCollector(Collector):
                 "How long counting the changed objectives again from the stored rollups took.",
             )
             recount.add_metric([], rt.slo_recount_seconds)
-            yield recount
+            recount_rows = GaugeMetricFamily(
+                conv.SLO_LEDGER_RECOUNT_ROWS,
+                "Stored rollup rows the recount of the changed objectives read (their own series alone).",
+            )
+            recount_rows.add_metric([], float(rt.slo_recount_rows))
+            yield from (recount, recount_rows)
         if rt.slo_counts_saved_through is not None:
             through = GaugeMetricFamily(
                 conv.SLO_COUNTS_SAVED_THROUGH,

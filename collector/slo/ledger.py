@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from collector.analytics.percentiles import fraction_at_or_below
-from collector.cost.allocation import CostInputs, Work
+from collector.cost.allocation import COST_METRICS, CostInputs, Work
 from collector.cost.slo import CostOf, judge
 from collector.rollup import HOUR_SECONDS, MINUTE_SECONDS, Cell, Row, ScrapeDeltas, SeriesIdent, period_start
 from collector.slo.evaluate import (
@@ -615,6 +615,24 @@ class SloLedger:
         """Every ring pair by the key its counts are saved under: an objective's slo, or
         cache:<business type> for the prefix-cache counts."""
         return {**self.counts, **{"cache:" + bt: counts for bt, counts in self.cache.items()}}
+
+    def engine_metrics(self) -> set[str]:
+        """The engine metrics whose rollups this ledger's keys count (a recount of one changed
+        objective reads those alone: a TTFT threshold's, the TTFT histograms)."""
+        out: set[str] = set()
+        for bt_objectives in self.engine_objectives.values():
+            for o in bt_objectives:
+                if o.sli == "latency" and o.metric is not None:
+                    out.add(o.metric)
+                elif o.sli == "error_ratio":
+                    out.add("request_success")
+                elif o.sli == "throughput":
+                    out.update(("generation_tokens", "request_success"))
+        if self.cost_objectives:
+            out.update(COST_METRICS)
+        if self.cache:
+            out.update(("prefix_cache_hits", "prefix_cache_queries"))
+        return out
 
     def slice_sizes(self) -> list[int]:
         """The slice lengths of the objectives judged per slice (throughput, cost ceiling)."""

@@ -313,6 +313,8 @@ targets:
         third, recounted_total = wait_for(lambda: recounted(base), timeout=60)
     assert third["llmslo_slo_ledger_fill_rollup_rows"] < stored / 20  # the errors objective resumed
     assert third["llmslo_slo_ledger_recounting_keys"] == 0.0
+    # the TTFT histograms alone: fewer rows than the first start's fill of every SLO series
+    assert 0 < third["llmslo_slo_ledger_recount_rollup_rows"] < first["llmslo_slo_ledger_fill_rollup_rows"] / 2
     # the day's requests (the threshold moves none of them), not the minutes since the start
     assert recounted_total >= counted > 0, (recounted_total, counted)
     slos = Store(f"sqlite:///{tmp_path / 'data' / 'llmslo.db'}")
