@@ -228,37 +228,34 @@ class LlmsloCollector(Collector):
         rt = self.runtime
         if rt.ledger is None or not rt.ledger.ready:
             return
-        fill = GaugeMetricFamily(
+        yield _gauge(
             conv.SLO_LEDGER_FILL_SECONDS,
             "How long the SLO ledger's fill took at start-up (no SLO status or alert before it ended).",
+            rt.slo_fill_seconds,
         )
-        fill.add_metric([], rt.slo_fill_seconds)
-        rows = GaugeMetricFamily(
+        yield _gauge(
             conv.SLO_LEDGER_FILL_ROWS,
             "Stored rollup rows the SLO ledger counted at start-up: those after its saved counts "
             "(the whole SLO period's when none could be used).",
+            rt.slo_backfill_rows,
         )
-        rows.add_metric([], float(rt.slo_backfill_rows))
-        yield from (fill, rows)
-        recounting = GaugeMetricFamily(
+        yield _gauge(
             conv.SLO_LEDGER_RECOUNTING,
             "Objectives (and prefix-cache counts) whose definition changed since their counts were saved, "
             "still being counted again from the stored rollups: no status or alert for them until then.",
+            len(rt.ledger.save_state()[0]),
         )
-        recounting.add_metric([], float(len(rt.ledger.save_state()[0])))
-        yield recounting
         if rt.slo_recount_seconds is not None:
-            recount = GaugeMetricFamily(
+            yield _gauge(
                 conv.SLO_LEDGER_RECOUNT_SECONDS,
                 "How long counting the changed objectives again from the stored rollups took.",
+                rt.slo_recount_seconds,
             )
-            recount.add_metric([], rt.slo_recount_seconds)
-            recount_rows = GaugeMetricFamily(
+            yield _gauge(
                 conv.SLO_LEDGER_RECOUNT_ROWS,
                 "Stored rollup rows the recount of the changed objectives read (their own series alone).",
+                rt.slo_recount_rows,
             )
-            recount_rows.add_metric([], float(rt.slo_recount_rows))
-            yield from (recount, recount_rows)
         if rt.slo_counts_saved_through is not None:
             through = GaugeMetricFamily(
                 conv.SLO_COUNTS_SAVED_THROUGH,
@@ -640,3 +637,10 @@ def build_registry(runtime: Runtime, derived: bool = True) -> CollectorRegistry:
     if derived:
         registry.register(DerivedCollector(runtime))
     return registry
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    """A gauge of one unlabelled sample."""
+    family = GaugeMetricFamily(name, documentation)
+    family.add_metric([], float(value))
+    return family
