@@ -391,8 +391,10 @@ class Runtime:
                 self._fill_ledger(ledger, now_unix)
             if self.cluster is not None:
                 self._sync_cluster(ledger)
-            statuses = ledger.statuses(now_unix)
+            # before the statuses: a recount ending in between must not leave an alert unheld whose
+            # status was still the recount's "no data" (it would resolve, and page again next pass)
             pending, _ = ledger.save_state()
+            statuses = ledger.statuses(now_unix)
             counted = [bt for bt in ledger.cache if "cache:" + bt not in pending]
             incidents = cache_alerts_from(self.rules, now_unix, counted, ledger.cache_sums)
             self.save_slo_counts(now_unix)
