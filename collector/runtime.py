@@ -469,8 +469,7 @@ class Runtime:
             if with_slices:  # the open slices as the save left them: their later part comes next
                 ledger.add_published(p for p in saved.slices if _slice_counted(ledger, p.key))
                 judged_before = saved.through.get(saved_counts.JUDGED)
-        with self.store.history_fill():
-            self._backfill(ledger, now_unix, resume, rows_read)
+        self._backfill(ledger, now_unix, resume, rows_read)
         if judged_before is not None and resume is not None:
             ledger.drop_judged(resume, judged_before)
         self.slo_counts_resumed_from = resume
@@ -517,7 +516,8 @@ class Runtime:
         metrics: Sequence[str] | None = None,
     ) -> None:
         """Fill `ledger` from the store (`SloLedger.backfill`), reading `metrics`' rollups (the
-        SLO series by default)."""
+        SLO series by default); compaction waits meanwhile (`Store.history_fill`: the fill reads
+        the hour cells, then the minutes)."""
         chosen = self.slo_metrics if metrics is None else metrics
 
         def read_rows(lo: int, hi: int, period: int) -> list[Row]:
@@ -527,14 +527,15 @@ class Runtime:
 
         # where minutes are kept, a few at a time at fleet size (read_spans' pieces: an hour of 300
         # targets' SLO rows took the fill from 222 to 409 MiB)
-        ledger.backfill(
-            read_rows,
-            lambda lo, hi, period: read_requests(self.store, lo, hi, period),
-            now_unix,
-            resume,
-            read_step(self.store.series_count()),
-            self.minutes_kept_from(now_unix),
-        )
+        with self.store.history_fill():
+            ledger.backfill(
+                read_rows,
+                lambda lo, hi, period: read_requests(self.store, lo, hi, period),
+                now_unix,
+                resume,
+                read_step(self.store.series_count()),
+                self.minutes_kept_from(now_unix),
+            )
 
     def recount(self, now_unix: float) -> None:
         """Count the ledger's pending keys (changed objectives) again from the stored rollups of
@@ -552,8 +553,7 @@ class Runtime:
         rows_read = [0]
         # the changed objectives' own series: a TTFT threshold reads the TTFT histograms alone
         metrics = sorted(ledger.engine_metrics() & {*self.slo_metrics})
-        with self.store.history_fill():
-            self._backfill(ledger, now_unix, None, rows_read, metrics)
+        self._backfill(ledger, now_unix, None, rows_read, metrics)
         live.absorb(ledger, recounted=True)
         self._recount_start = ((), ())
         self.slo_recount_seconds = time.perf_counter() - started
