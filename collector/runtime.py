@@ -128,6 +128,14 @@ SLO_METRICS = (
 )
 
 
+RECOUNT_STOP_SECONDS = 30.0  # how long shutdown waits for a recount to reach its next piece
+
+
+class ShuttingDown(Exception):
+    """A long read of the stored history (the SLO ledger's fill or recount, drift's reference
+    build) stopped at its next piece because the process is shutting down (`Runtime.stop_reading`)."""
+
+
 def window_bounds(now_unix: float, window_seconds: float) -> tuple[int, int]:
     """A window is the minute holding `now` plus the whole minutes before it: [start, end)."""
     end = period_start(now_unix) + MINUTE_SECONDS
@@ -208,8 +216,8 @@ class Runtime:
         self.drift = (
             DriftMonitor(
                 settings.drift,
-                lambda lo, hi, metrics: self.store.read_rows(lo, hi, metrics=metrics),
-                lambda lo, hi, tenants: read_requests(self.store, lo, hi, tenants=tenants),
+                self._drift_rows,
+                self._drift_requests,
                 lambda lo, hi: request_volumes(self.store, lo, hi),
                 self.business_type_of,
                 settings.traces.top_tenants,
@@ -249,6 +257,8 @@ class Runtime:
         self.slo_counts_resumed_from: int | None = None
         self.slo_backfill_rows = 0
         self.slo_fill_seconds = 0.0
+        self.slo_fill_failed = False
+        self.drift_waiting = False  # drift's pass was put off for the fill (`drift_waits`), which is not done
         self.slo_counts_saved_through: int | None = None  # the last save's end
         self._replace_saved_counts = False
         # changed objectives counted again after the first pass (`recount`): its thread, what was
@@ -257,6 +267,9 @@ class Runtime:
         self._recount_start: tuple[Sequence[Row], Sequence[tuple[RequestKey, RequestCell]]] = ((), ())
         self.slo_recount_seconds: float | None = None
         self.slo_recount_rows = 0
+        # set at shutdown: the long history reads stop at their next piece (`ShuttingDown`), or a
+        # stop during a first start's fill would wait for it (at fleet size, many minutes)
+        self.stopping = threading.Event()
         self.traces = TraceIngest(self)
         self.request_snapshot: dict[tuple[float, str, str], RequestSummary] = {}
         self.started = False
@@ -339,8 +352,31 @@ class Runtime:
         """A kept connection per target, as Prometheus keeps one (collector/sources/httpget.py)."""
         return HttpTarget(target.url, request_headers(self.settings.target_timeout(target)), self.tls)
 
+    def stop_reading(self) -> None:
+        """Shutdown begins: the long history reads under way stop at their next piece."""
+        self.stopping.set()
+
+    def check_stopping(self) -> None:
+        """Raise `ShuttingDown` once shutdown has begun (the long history reads, before each piece)."""
+        if self.stopping.is_set():
+            raise ShuttingDown
+
+    def _drift_rows(self, lo: int, hi: int, metrics: Sequence[str]) -> list[Row]:
+        self.check_stopping()
+        return self.store.read_rows(lo, hi, metrics=metrics)
+
+    def _drift_requests(
+        self, lo: int, hi: int, tenants: Collection[str] | None
+    ) -> list[tuple[RequestKey, RequestCell]]:
+        self.check_stopping()
+        return read_requests(self.store, lo, hi, tenants=tenants)
+
     async def close(self) -> None:
+        self.stop_reading()
         await self.drain()
+        recount = self.recount_thread
+        if recount is not None:  # it stops at its next piece; not saved, it is counted at the next start
+            await asyncio.to_thread(recount.join, RECOUNT_STOP_SECONDS)
         await self.write_unwritten()
         try:  # the counts of the minutes closed since the last pass: a restart reads them back
             await asyncio.to_thread(self.save_slo_counts, self.now())
@@ -388,7 +424,13 @@ class Runtime:
         ledger = self.ledger
         if ledger is not None and ledger.covers(now_unix):
             if not ledger.ready:
-                self._fill_ledger(ledger, now_unix)
+                try:
+                    self._fill_ledger(ledger, now_unix)
+                except ShuttingDown:
+                    raise
+                except Exception:
+                    self.slo_fill_failed = True  # drift's first build waits no longer (`drift_waits`)
+                    raise
             if self.cluster is not None:
                 self._sync_cluster(ledger)
             # before the statuses: a recount ending in between must not leave an alert unheld whose
@@ -413,6 +455,15 @@ class Runtime:
         self.slo_statuses = statuses
         return statuses
 
+    def drift_waits(self, now_unix: float) -> bool:
+        """Whether drift's pass waits for the SLO ledger's first fill: both read the stored
+        history (on a first start at fleet size, every SLO rollup of the period and a day of engine
+        minutes); read side by side, they compete for one interpreter and each takes as long as
+        both in a row, so the SLO status (and its pages) came only when drift's build was done
+        too. A fill that failed is not waited for."""
+        ledger = self.ledger
+        return ledger is not None and ledger.covers(now_unix) and not ledger.ready and not self.slo_fill_failed
+
     @property
     def saves_slo_counts(self) -> bool:
         """Whether the ledger's counts are saved in the store (collector/slo/saved.py)."""
@@ -435,6 +486,7 @@ class Runtime:
         after it, in the background (`recount`), with no status until then."""
         started = time.perf_counter()
         assert self.rules is not None and live.live_since is not None
+        log.info("SLO ledger: filling from the saved counts and the stored rollups (no SLO status until it ends)")
         rows_read = [0]
         resume: int | None = None
         judged_before: int | None = None  # the saved slices' end of judging (collector/slo/saved.py)
@@ -521,16 +573,21 @@ class Runtime:
         chosen = self.slo_metrics if metrics is None else metrics
 
         def read_rows(lo: int, hi: int, period: int) -> list[Row]:
+            self.check_stopping()
             rows = self.store.read_rows(lo, hi, metrics=chosen, period=period)
             rows_read[0] += len(rows)
             return rows
+
+        def read_cells(lo: int, hi: int, period: int) -> list[tuple[RequestKey, RequestCell]]:
+            self.check_stopping()
+            return read_requests(self.store, lo, hi, period)
 
         # where minutes are kept, a few at a time at fleet size (read_spans' pieces: an hour of 300
         # targets' SLO rows took the fill from 222 to 409 MiB)
         with self.store.history_fill():
             ledger.backfill(
                 read_rows,
-                lambda lo, hi, period: read_requests(self.store, lo, hi, period),
+                read_cells,
                 now_unix,
                 resume,
                 read_step(self.store.series_count()),
@@ -573,6 +630,8 @@ class Runtime:
         def run() -> None:
             try:
                 self.recount(now_unix)
+            except ShuttingDown:
+                log.info("counting the changed SLO objectives again stopped at shutdown; the next start counts them")
             except Exception:
                 log.exception("counting the changed SLO objectives again failed; the next pass tries again")
 

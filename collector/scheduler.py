@@ -17,7 +17,7 @@ from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from collector import gcpolicy
-from collector.runtime import Runtime
+from collector.runtime import Runtime, ShuttingDown
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def build_scheduler(runtime: Runtime) -> AsyncIOScheduler:
         scheduler.add_job(
             runtime.tracked(_evaluate, "evaluate"),
             IntervalTrigger(seconds=runtime.rules.evaluation_interval_seconds),
-            args=[runtime],
+            args=[runtime, scheduler],
             id="slo",
             next_run_time=now + timedelta(seconds=5),
         )
@@ -150,20 +150,35 @@ async def _drift(runtime: Runtime) -> None:
     # which sends its alerts (the others would each repeat the same reads)
     if not await _elected(runtime, "drift"):
         return
+    if runtime.drift_waits(runtime.now()):
+        if not runtime.drift_waiting:
+            log.info("drift: the first pass waits for the SLO ledger's first fill (both read the stored history)")
+            runtime.drift_waiting = True
+        return
     try:
         with runtime.pass_switching.computing():
             await asyncio.to_thread(runtime.drift.evaluate, runtime.now())
+    except ShuttingDown:
+        log.info("drift: the reference build stopped at shutdown (what it read and saved is kept)")
     except Exception:
         log.exception("drift evaluation failed; the previous findings stay in place")
 
 
-async def _evaluate(runtime: Runtime) -> None:
-    """Evaluate SLOs, then deliver alerts; a failing Alertmanager never stops evaluation."""
+async def _evaluate(runtime: Runtime, scheduler: AsyncIOScheduler | None = None) -> None:
+    """Evaluate SLOs, then deliver alerts; a failing Alertmanager never stops evaluation. Once
+    the SLO ledger's first fill is done, drift's first pass, which waited for it, runs at once."""
     try:
         with runtime.pass_switching.computing():
             await asyncio.to_thread(runtime.evaluate_slos, runtime.now())
+    except ShuttingDown:
+        log.info("the SLO ledger's first fill stopped at shutdown; the next start fills it again")
+        return
     except Exception:
         log.exception("SLO evaluation failed; it will run again")
+    if runtime.drift_waiting and not runtime.drift_waits(runtime.now()):
+        runtime.drift_waiting = False
+        if scheduler is not None:
+            scheduler.modify_job("drift", next_run_time=datetime.now(UTC))
     try:
         await runtime.deliver_alerts(runtime.now())
     except Exception:

@@ -183,6 +183,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, schedule: boo
             try:
                 yield
             finally:
+                rt.stop_reading()  # a long history read (a first start's fill) stops at its next piece
                 if grpc is not None:
                     await grpc.stop(grace=5)
                 if otlp is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,6 +24,8 @@ from collector.slo.saved import load as load_saved
 from collector.store.repository import Store
 from tests.benchmarks.test_slo_benchmark import fill as fill_history
 from tests.targets import Behaviour, TargetServer, target_server, vllm_body
+
+FILL_TARGETS = 10  # with two days stored: a fill of seconds, long enough to stop in its middle
 
 
 def free_port() -> int:
@@ -324,3 +327,68 @@ targets:
         assert again.fingerprint["chat-ttft"] != saved.fingerprint["chat-ttft"]
     finally:
         slos.close()
+
+
+def test_a_stop_during_the_first_fill_ends_at_once_and_the_next_start_fills_whole(
+    tmp_path: Path, targets: TargetServer
+) -> None:
+    """SIGINT while a first start counts days of stored rollups (many minutes at fleet size): the
+    fill stops at its next piece and `serve` exits within seconds, not when the fill would have
+    ended, with nothing of it saved; the next start fills the ledger whole. Drift's first pass
+    waits for the fill meanwhile (the log tells which ran when)."""
+    port = free_port()
+    config = tmp_path / "llmslo.yaml"
+    (tmp_path / "rules.yaml").write_text(
+        "version: v1\nevaluation_interval: 1s\nbusiness_types:\n  chat:\n    objectives:\n"
+        "      - {name: ttft, sli: latency, metric: ttft, threshold: 1s, objective: 0.95}\n"
+    )
+    names = [f"healthy-{i}" for i in range(FILL_TARGETS)]
+    config.write_text(
+        f"data_dir: {tmp_path / 'data'}\nrules: {tmp_path / 'rules.yaml'}\nderive_interval: 1s\n"
+        "scrape: {interval: 1s, timeout: 800ms}\ndrift: {interval: 1s}\ntargets:\n"
+        + "".join(f'  - {{name: {n}, url: "{targets.url("/healthy")}", business_type: chat}}\n' for n in names)
+    )
+    rt = Runtime(load_settings(config))
+    stored = fill_history(rt, 2, time.time() - 120)
+    rt.store.close()
+    env = {**os.environ, "LLMSLO_SERVER__PORT": str(port)}
+    cmd = [sys.executable, "-m", "collector.cli", "serve", "--config", str(config)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "SLO ledger: filling" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    asked = time.monotonic()
+    out, _ = proc.communicate(timeout=60)
+    stopped_in = time.monotonic() - asked
+    out = "".join(lines) + out
+    assert proc.returncode == 0 and "Traceback" not in out, out
+    assert "the SLO ledger's first fill stopped at shutdown" in out, out
+    assert "SLO ledger filled" not in out and "drift reference rebuilt" not in out, out
+    assert "drift: the first pass waits for the SLO ledger's first fill" in out, out
+    slos = Store(f"sqlite:///{tmp_path / 'data' / 'llmslo.db'}")
+    try:
+        assert not load_saved(slos).rows  # nothing of the stopped fill
+    finally:
+        slos.close()
+
+    # the same start, not stopped: how long the fill takes; the stop above came well before
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "drift reference rebuilt" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    out = "".join(lines) + proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0 and "Traceback" not in out, out
+    filled = re.search(r"SLO ledger filled in ([\d.]+) s: nothing saved, then (\d+) stored rollup rows", out)
+    assert filled is not None, out
+    assert int(filled.group(2)) >= stored * 0.9
+    # drift's first build came after the fill, not beside it
+    assert out.index("SLO ledger filled") < out.index("drift reference rebuilt"), out
+    assert stopped_in < float(filled.group(1)) / 2, (stopped_in, filled.group(1))

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from collector.rollup import MINUTE_SECONDS, Row, period_start
-from collector.runtime import Runtime
+from collector.runtime import Runtime, ShuttingDown
 from collector.slo import saved as saved_counts
 from collector.slo.evaluate import RECOUNTING, period_bounds
 from collector.slo.ledger import WORK_FIELDS, Ring
@@ -231,6 +231,15 @@ def test_a_changed_objective_is_counted_again_from_the_rollups_while_the_others_
     # spans of minutes before the start, exported late: live for the others, the recount's for these
     late = spans(random.Random(1), restart - 900, 30, 10**9)
     ingest(rt.store, late, rt.traces.targets_of(), rt.ledger.add_live_requests)
+    # a shutdown while they are counted again: the recount stops at its next piece, and they stay
+    # pending and unsaved (the next start counts them again)
+    pending = set(rt.ledger.pending)
+    reads = stop_at_read(rt, 1)
+    with pytest.raises(ShuttingDown):
+        rt.recount(now)
+    assert len(reads) == 1 and rt.ledger.pending == pending and saved_rows_of(rt, "chat-ttft") == old_ttft
+    del rt.store.read_rows
+    rt.stopping.clear()  # (this test's collector goes on)
     rt.start_recount(now)
     recount = rt.recount_thread
     assert recount is not None
@@ -352,6 +361,73 @@ def test_a_fill_that_fails_half_way_leaves_nothing_behind(tmp_path: Path, with_s
     assert (rt.slo_counts_resumed_from is not None) == with_saved
     rt.store.close()
     oracle.store.close()
+
+
+def stop_at_read(rt: Runtime, n: int) -> list[int]:
+    """Shutdown begins (`Runtime.stop_reading`) as the `n`th rollup read from now on returns;
+    returns the rows each read brought."""
+    real, reads = rt.store.read_rows, []
+
+    def reading(*args, **kwargs):  # type: ignore[no-untyped-def]
+        rows = real(*args, **kwargs)
+        reads.append(len(rows))
+        if len(reads) == n:
+            rt.stop_reading()
+        return rows
+
+    rt.store.read_rows = reading  # type: ignore[method-assign]
+    return reads
+
+
+@pytest.mark.parametrize("with_saved", [False, True])
+def test_a_shutdown_stops_the_first_fill_and_drifts_build_at_their_next_piece(tmp_path: Path, with_saved: bool) -> None:
+    """SIGTERM during a first start's fill (at fleet size many minutes of reads): the fill stops at
+    its next piece instead of holding the process up until it ends, saves nothing, and the next
+    start fills the ledger whole. Drift's first pass waits for that fill (both read the stored
+    history and would compete for the interpreter), and its reference build stops likewise."""
+    rng = random.Random(6)
+    db_url = f"sqlite:///{tmp_path / 'llmslo.db'}"
+    rt = collector(tmp_path, db_url)
+    servers = {name: Server(rng, T0 - 30) for name in rt.scrapers}
+    restart = T0 + 2 * 3600 + 10
+    for start in range(T0, restart, 1200):
+        feed([rt], rng, servers, start, min(start + 1200, restart))
+        if with_saved:
+            rt.evaluate_slos(min(start + 1200, restart) - 1.0)
+    if not with_saved:
+        with rt.store.engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM llmslo_slo_count_keys")
+    saved_before = sorted(saved_counts.load(rt.store).rows)
+    rt.store.close()
+
+    rt = collector(tmp_path, db_url, live_from=restart)
+    feed([rt], rng, servers, restart, restart + 120)
+    now = restart + 119.0
+    assert rt.ledger is not None and rt.drift is not None and rt.drift_waits(now)
+    reads = stop_at_read(rt, 1)
+    with pytest.raises(ShuttingDown):
+        rt.evaluate_slos(now)
+    assert len(reads) == 1 and not rt.ledger.ready
+    assert rt.drift_waits(now)  # stopped, not failed
+    with pytest.raises(ShuttingDown):  # drift's reference build: no read once shutdown has begun
+        rt.drift.evaluate(now)
+    assert len(reads) == 1 and rt.drift.reference is None
+    asyncio.run(rt.close())  # as `serve` stops: the unwritten minute written, the unfilled ledger not saved
+    store = Store(db_url)
+    assert sorted(saved_counts.load(store).rows) == saved_before
+    store.close()
+
+    rt = collector(tmp_path, db_url, live_from=restart + 150)
+    feed([rt], rng, servers, restart + 150, restart + 300)
+    now = restart + 299.0
+    reads = stop_at_read(rt, 10**9)
+    got = rt.evaluate_slos(now)
+    assert rt.ledger is not None and rt.ledger.ready and len(reads) > 1  # the fill stopped after its first of these
+    assert (rt.slo_counts_resumed_from is not None) == with_saved
+    want, _ = rt._evaluate_from_store(rt.rules, now)  # type: ignore[arg-type]
+    assert comparable(got) == comparable(want)
+    assert not rt.drift_waits(now)
+    rt.store.close()
 
 
 @pytest.mark.parametrize("with_saved", [False, True])
