@@ -46,6 +46,7 @@ READ_CHUNK_SECONDS = 600
 # the spans' cells are read an hour at a time, on the hour: a cell compacted into an hour lies
 # wholly inside one piece exactly when it lies wholly inside the range (read_requests' rule)
 SPAN_CHUNK_SECONDS = 3600
+SAVE_CHUNK_SECONDS = 3600  # the reference's engine minutes read from the rollups are saved an hour at a time
 
 ReadRows = Callable[[int, int, Sequence[str]], Sequence[Row]]
 # The engine rows of the minutes still being written, from the scrapers' memory (as stored);
@@ -171,7 +172,10 @@ class DriftMonitor:
             log.exception("drift: could not load the saved reference minutes of [%d, %d); reading the rollups", lo, hi)
             minutes, covered = {}, set()
         self.minutes_read["saved"] += len(covered)
-        for gap_lo, gap_hi in _gaps(covered, lo, hi):
+        # read and saved an hour at a time: a build stopped half way (a shutdown, a failed read)
+        # keeps what it read for the next one (a first build at fleet size reads for many minutes)
+        gaps = [piece for gap in _gaps(covered, lo, hi) for piece in pieces(*gap, SAVE_CHUNK_SECONDS)]
+        for gap_lo, gap_hi in gaps:
             part = self._engines(gap_lo, gap_hi)
             self.minutes_read["rollups"] += len(range(gap_lo - gap_lo % MINUTE_SECONDS, gap_hi, MINUTE_SECONDS))
             for group, by_minute in part.items():

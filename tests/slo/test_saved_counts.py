@@ -389,7 +389,7 @@ def test_a_shutdown_stops_the_first_fill_and_drifts_build_at_their_next_piece(tm
     db_url = f"sqlite:///{tmp_path / 'llmslo.db'}"
     rt = collector(tmp_path, db_url)
     servers = {name: Server(rng, T0 - 30) for name in rt.scrapers}
-    restart = T0 + 2 * 3600 + 10
+    restart = T0 + 3600 + 10
     for start in range(T0, restart, 1200):
         feed([rt], rng, servers, start, min(start + 1200, restart))
         if with_saved:
@@ -427,6 +427,18 @@ def test_a_shutdown_stops_the_first_fill_and_drifts_build_at_their_next_piece(tm
     want, _ = rt._evaluate_from_store(rt.rules, now)  # type: ignore[arg-type]
     assert comparable(got) == comparable(want)
     assert not rt.drift_waits(now)
+    # drift's first build, stopped after two hours of its reads (ten minutes each): what it read
+    # is saved an hour at a time, and the next start's build loads it instead of reading it again
+    assert rt.drift is not None
+    reads = stop_at_read(rt, 13)
+    with pytest.raises(ShuttingDown):
+        rt.drift.evaluate(now)
+    assert len(reads) == 13
+    rt.store.close()
+    rt = collector(tmp_path, db_url, live_from=restart + 330)
+    assert rt.drift is not None
+    rt.drift.evaluate(restart + 359.0)
+    assert rt.drift.minutes_read["saved"] >= 60 and rt.drift.reference is not None
     rt.store.close()
 
 

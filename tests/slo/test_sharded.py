@@ -18,6 +18,7 @@ from collector.cluster import FLEET, Exchange
 from collector.config import Settings
 from collector.runtime import Runtime
 from collector.slo.alerts import AlertBook
+from collector.slo.evaluate import RECOUNTING
 from collector.slo.ledger import Published
 from collector.slo.spec import load_rules
 from collector.store.repository import Store
@@ -212,6 +213,72 @@ def test_a_restarted_shard_reads_its_saved_counts_and_agrees_with_the_fleet(tmp_
     assert again.slo_backfill_rows < len(again.store.read_rows(T0, restart, metrics=again.slo_metrics)) / 4
     statuses = {s.objective.slo: s for s in again.slo_statuses}
     assert statuses["chat-ttft"].period.events.bad > 0 and statuses["batch-cost"].period.events.total >= 4
+
+
+def test_both_shards_restarted_with_a_changed_objective_count_it_again_and_agree(tmp_path: Path, pg_url: str) -> None:
+    """A rule change rolled out to both collectors (both restarted on it): each resumes the
+    unchanged objectives from its saved counts and counts the changed ones again from every
+    shard's stored rollups, in the background; meanwhile the changed ones have no status on
+    either, and the published counts and slice parts of them exchanged while they wait are
+    counted once. Once counted, both answer what a re-read of the rollups does."""
+    rng = random.Random(11)
+    rts = [runtime(settings(tmp_path / str(i), pg_url, i)) for i in range(2)]
+    for rt in rts:
+        assert rt.ledger is not None
+        rt.ledger.live_since = T0
+    servers = {name: Server(rng, T0 - 30) for name in TARGETS}
+    restart = T0 + 2 * 3600 + 20
+    for start in range(T0, restart, 1200):
+        end = min(start + 1200, restart)
+        feed(rts, rng, servers, start, end)
+        sync_all(rts)
+        for rt in rts:
+            rt.evaluate_slos(end - 1.0)
+    for rt in rts:
+        rt.save_slo_counts(restart - 1.0)  # as their shutdown does
+        assert rt.cluster is not None
+        rt.cluster.close()
+        rt.store.close()
+    changed = RULES.replace("threshold: 1s", "threshold: 2s", 1).replace(
+        "max_usd_per_million_tokens: 0.5", "max_usd_per_million_tokens: 0.4", 1
+    )
+    assert changed.count("2s") == 1 and "0.4" in changed
+    rewritten = {"chat-ttft", "batch-cost"}
+    rts = []
+    for i in range(2):
+        s = settings(tmp_path / str(i), pg_url, i)
+        (tmp_path / str(i) / "rules.yaml").write_text(changed)
+        rt = runtime(s)
+        rt.begin_live_counting(restart)
+        for scraper in rt.scrapers.values():
+            asyncio.run(scraper.load())
+        rts.append(rt)
+    feed(rts, rng, servers, restart, restart + 600)
+    sync_all(rts)
+    now = restart + 599.0
+    want, _ = rts[0]._evaluate_from_store(rts[0].rules, now)  # type: ignore[arg-type]
+    kept = comparable([s for s in want if s.objective.slo not in rewritten])
+    for rt in rts:
+        rt.start_recount = lambda _now: None  # type: ignore[method-assign]  # counted below, in turn
+        got = rt.evaluate_slos(now)
+        assert rt.ledger is not None and rt.ledger.pending >= rewritten, rt.ledger.pending
+        assert all(s.no_data_reason == RECOUNTING for s in got if s.objective.slo in rewritten)
+        assert comparable([s for s in got if s.objective.slo not in rewritten]) == kept, rt.settings.cluster.name
+        assert rt.slo_counts_resumed_from is not None
+    # the recounts, while the traffic and the exchange go on
+    feed(rts, rng, servers, restart + 600, restart + 900)
+    sync_all(rts)
+    for rt in rts:
+        rt.recount(restart + 899.0)
+        assert rt.ledger is not None and not rt.ledger.pending
+    feed(rts, rng, servers, restart + 900, restart + 2400)  # past the 30-minute cost slice open at the restart
+    sync_all(rts)
+    now = restart + 2399.0
+    want, _ = rts[0]._evaluate_from_store(rts[0].rules, now)  # type: ignore[arg-type]
+    for rt in rts:
+        assert comparable(rt.evaluate_slos(now)) == comparable(want), rt.settings.cluster.name
+    statuses = {s.objective.slo: s for s in rts[0].slo_statuses}
+    assert statuses["chat-ttft"].period.events.total > 0 and statuses["batch-cost"].period.events.total >= 4
 
 
 def test_a_collector_keeps_its_own_targets_alerts_apart(tmp_path: Path, pg_url: str) -> None:
