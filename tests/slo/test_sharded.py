@@ -220,14 +220,18 @@ def test_both_shards_restarted_with_a_changed_objective_count_it_again_and_agree
     unchanged objectives from its saved counts and counts the changed ones again from every
     shard's stored rollups, in the background; meanwhile the changed ones have no status on
     either, and the published counts and slice parts of them exchanged while they wait are
-    counted once. Once counted, both answer what a re-read of the rollups does."""
+    counted once. Once counted, both answer what a re-read of the rollups does.
+
+    They restart on a minute's start: the part of a restart minute that the other collector's
+    old process published before it is counted with the old definition (a known gap, README
+    "Sharded collectors"), which a re-read by the new one does not."""
     rng = random.Random(11)
     rts = [runtime(settings(tmp_path / str(i), pg_url, i)) for i in range(2)]
     for rt in rts:
         assert rt.ledger is not None
         rt.ledger.live_since = T0
     servers = {name: Server(rng, T0 - 30) for name in TARGETS}
-    restart = T0 + 3600 + 20
+    restart = T0 + 3600
     for start in range(T0, restart, 1200):
         end = min(start + 1200, restart)
         feed(rts, rng, servers, start, end)
@@ -278,7 +282,7 @@ def test_both_shards_restarted_with_a_changed_objective_count_it_again_and_agree
     for rt in rts:
         assert comparable(rt.evaluate_slos(now)) == comparable(want), rt.settings.cluster.name
     statuses = {s.objective.slo: s for s in rts[0].slo_statuses}
-    assert statuses["chat-ttft"].period.events.total > 0 and statuses["batch-cost"].period.events.total >= 4
+    assert statuses["chat-ttft"].period.events.total > 0 and statuses["batch-cost"].period.events.total >= 3
 
 
 def test_a_collector_keeps_its_own_targets_alerts_apart(tmp_path: Path, pg_url: str) -> None:
