@@ -329,6 +329,24 @@ targets:
         slos.close()
 
 
+def serve_until(cmd: list[str], env: dict[str, str], line_wanted: str) -> tuple[str, float]:
+    """`serve` started, and stopped with SIGINT as soon as it logs `line_wanted`: its whole
+    output, and how long the stop took. It must exit 0 without a traceback."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line_wanted in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    asked = time.monotonic()
+    out = "".join(lines) + proc.communicate(timeout=60)[0]
+    stopped_in = time.monotonic() - asked
+    assert proc.returncode == 0 and "Traceback" not in out, out
+    return out, stopped_in
+
+
 def test_a_stop_during_the_first_fill_ends_at_once_and_the_next_start_fills_whole(
     tmp_path: Path, targets: TargetServer
 ) -> None:
@@ -353,19 +371,7 @@ def test_a_stop_during_the_first_fill_ends_at_once_and_the_next_start_fills_whol
     rt.store.close()
     env = {**os.environ, "LLMSLO_SERVER__PORT": str(port)}
     cmd = [sys.executable, "-m", "collector.cli", "serve", "--config", str(config)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "SLO ledger: filling" in line:
-            break
-    proc.send_signal(signal.SIGINT)
-    asked = time.monotonic()
-    out, _ = proc.communicate(timeout=60)
-    stopped_in = time.monotonic() - asked
-    out = "".join(lines) + out
-    assert proc.returncode == 0 and "Traceback" not in out, out
+    out, stopped_in = serve_until(cmd, env, "SLO ledger: filling")
     assert "the SLO ledger's first fill stopped at shutdown" in out, out
     assert "SLO ledger filled" not in out and "drift reference rebuilt" not in out, out
     assert "drift: the first pass waits for the SLO ledger's first fill" in out, out
@@ -376,16 +382,7 @@ def test_a_stop_during_the_first_fill_ends_at_once_and_the_next_start_fills_whol
         slos.close()
 
     # the same start, not stopped: how long the fill takes; the stop above came well before
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "drift reference rebuilt" in line:
-            break
-    proc.send_signal(signal.SIGINT)
-    out = "".join(lines) + proc.communicate(timeout=60)[0]
-    assert proc.returncode == 0 and "Traceback" not in out, out
+    out, _ = serve_until(cmd, env, "drift reference rebuilt")
     filled = re.search(r"SLO ledger filled in ([\d.]+) s: nothing saved, then (\d+) stored rollup rows", out)
     assert filled is not None, out
     assert int(filled.group(2)) >= stored * 0.9

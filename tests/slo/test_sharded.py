@@ -98,6 +98,16 @@ def sync_all(rts: list[Runtime]) -> None:
             rt._sync_cluster(rt.ledger)
 
 
+def run_until(rts: list[Runtime], rng: random.Random, servers: dict[str, Server], end: int, step: int) -> None:
+    """The fleet's traffic from T0 to `end`, with an exchange and an SLO pass every `step` seconds."""
+    for start in range(T0, end, step):
+        until = min(start + step, end)
+        feed(rts, rng, servers, start, until)
+        sync_all(rts)
+        for rt in rts:
+            rt.evaluate_slos(until - 1.0)
+
+
 def test_two_shards_evaluate_the_whole_fleet_and_one_sends_its_alerts(tmp_path: Path, pg_url: str) -> None:
     rng = random.Random(7)
     rts = [runtime(settings(tmp_path / str(i), pg_url, i)) for i in range(2)]
@@ -185,12 +195,7 @@ def test_a_restarted_shard_reads_its_saved_counts_and_agrees_with_the_fleet(tmp_
         rt.ledger.live_since = T0
     servers = {name: Server(rng, T0 - 30) for name in TARGETS}
     restart = T0 + 3 * 3600 + 20  # 20 s into a minute
-    for start in range(T0, restart, 600):
-        end = min(start + 600, restart)
-        feed(rts, rng, servers, start, end)
-        sync_all(rts)
-        for rt in rts:
-            rt.evaluate_slos(end - 1.0)
+    run_until(rts, rng, servers, restart, 600)
     stopped = rts[1]
     stopped.save_slo_counts(restart - 1.0)  # as its shutdown does
     assert stopped.cluster is not None
@@ -232,12 +237,7 @@ def test_both_shards_restarted_with_a_changed_objective_count_it_again_and_agree
         rt.ledger.live_since = T0
     servers = {name: Server(rng, T0 - 30) for name in TARGETS}
     restart = T0 + 3600
-    for start in range(T0, restart, 1200):
-        end = min(start + 1200, restart)
-        feed(rts, rng, servers, start, end)
-        sync_all(rts)
-        for rt in rts:
-            rt.evaluate_slos(end - 1.0)
+    run_until(rts, rng, servers, restart, 1200)
     for rt in rts:
         rt.save_slo_counts(restart - 1.0)  # as their shutdown does
         assert rt.cluster is not None
