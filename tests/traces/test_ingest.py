@@ -60,8 +60,10 @@ class Server:
         try:
             wait_for(lambda: httpx.get(f"{self.base}/readyz").status_code == 200)
         except AssertionError:
-            if self.proc.poll() is None:
-                raise
+            if self.proc.poll() is None:  # not ready in time: stopped, not left running after the test
+                self.proc.kill()
+                out, _ = self.proc.communicate(timeout=5)
+                raise AssertionError(f"llmslo serve was not ready in time:\n{out[-3000:]}") from None
             out, _ = self.proc.communicate(timeout=5)
             raise AssertionError(f"llmslo serve exited with {self.proc.returncode}:\n{out[-3000:]}") from None
 
